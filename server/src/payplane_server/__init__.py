@@ -1,0 +1,3 @@
+"""Payplane: a self-hostable payment platform."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,68 @@
+"""``create_app(context)``: the Payment Page host (pages, Gate API, parameter check, Dashboard);
+``create_data_api_app(context)``: the Data API, served on its own TLS listener."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ..context import AppContext
+from . import dashboard, data_api, gate, params_check, payment_page
+from .middleware import BodyLimit, SecurityHeaders
+
+__all__ = ["create_app", "create_data_api_app"]
+
+STATIC_DIR = Path(__file__).parent / "static"
+
+# Background loops (callback delivery, timers) register here; ``serve --role all|worker``
+# runs them inside the web process's lifespan.
+Lifespan = Callable[[AppContext], contextlib.AbstractAsyncContextManager[None]]
+
+
+async def health(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+def create_app(context: AppContext, *, background: list[Lifespan] | None = None) -> Starlette:
+    """The Payment Page host. ``background`` loops run for the app's lifetime."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as stack:
+            for loop in background or []:
+                await stack.enter_async_context(loop(context))
+            yield
+
+    routes = [
+        Route("/healthz", health),
+        *payment_page.routes,
+        *gate.routes,
+        *params_check.routes,
+        *dashboard.routes,
+        Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=[
+            Middleware(SecurityHeaders),
+            Middleware(BodyLimit, limit=context.settings.max_body_bytes),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.context = context
+    return app
+
+
+def create_data_api_app(context: AppContext) -> Starlette:
+    """The Data API (its routes, envelope errors and limits live in ``data_api``)."""
+    app = Starlette(routes=list(data_api.routes))
+    app.state.context = context
+    return app

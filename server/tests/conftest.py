@@ -1,0 +1,88 @@
+"""Shared fixtures: real SQLite and PostgreSQL databases, a fake clock, live servers.
+
+``database_url`` is parametrised over both engines, so a test that takes it (or ``ctx``) runs
+on SQLite and on PostgreSQL. PostgreSQL is a throwaway cluster started once per session; each
+test gets a fresh database copied from a migrated template. Without PostgreSQL binaries the
+PostgreSQL cases skip, except under CI=true, where they fail.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from payplane_server.clock import FakeClock
+from payplane_server.config import Settings
+from payplane_server.context import AppContext
+from payplane_server.db import Database, migrate
+from payplane_server.testing import TempPostgres, postgres_available
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+MASTER_KEY = base64.b64encode(b"k" * 32).decode()
+_counter = itertools.count()
+
+
+def require(available: bool, what: str) -> None:
+    """Skip when ``what`` is missing on a developer machine; fail under CI."""
+    if available:
+        return
+    if IN_CI:
+        pytest.fail(f"{what} is required under CI=true but is not installed")
+    pytest.skip(f"{what} is not installed")
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[TempPostgres]:
+    require(postgres_available(), "PostgreSQL")
+    server = TempPostgres().start()
+    try:
+        server.create_database("payplane_template")
+        migrate(server.url("payplane_template"))
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'payplane.db'}"
+        migrate(url)
+        yield url
+        return
+    server: TempPostgres = request.getfixturevalue("postgres")
+    name = f"t_{os.getpid()}_{next(_counter)}"
+    url = server.create_database(name, template="payplane_template")
+    yield url
+    server.drop_database(name)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def settings(tmp_path: Path, database_url: str) -> Settings:
+    return Settings(data_dir=tmp_path / "data", database_url=database_url, master_key=MASTER_KEY)
+
+
+@pytest.fixture
+def ctx(settings: Settings, clock: FakeClock) -> Iterator[AppContext]:
+    context = AppContext.create(settings, clock=clock, db=Database(settings.resolved_database_url))
+    yield context
+    context.close()
+
+
+@pytest.fixture
+def chromium_path() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    require(path is not None, "Chromium (Debian package chromium)")
+    assert path is not None
+    return path

@@ -1,0 +1,50 @@
+"""The schema migrates on both engines and the unit of work commits or rolls back whole."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, select
+
+from payplane_server.context import AppContext
+from payplane_server.db import migrate
+from payplane_server.db.tables import merchants
+from payplane_server.services.projects import (
+    ProjectExists,
+    create_project,
+    get_project,
+    project_secret,
+    rotate_secret,
+)
+
+
+def test_migrating_twice_is_harmless(database_url: str) -> None:
+    migrate(database_url)
+    migrate(database_url)
+
+
+def test_a_failed_transaction_leaves_nothing(ctx: AppContext) -> None:
+    with pytest.raises(RuntimeError), ctx.db.write() as conn:
+        conn.execute(merchants.insert().values(name="m", created_at=ctx.clock.now()))
+        raise RuntimeError("boom")
+    with ctx.db.read() as conn:
+        assert conn.execute(select(func.count()).select_from(merchants)).scalar() == 0
+
+
+def test_project_secret_is_encrypted_at_rest_and_reads_back(ctx: AppContext) -> None:
+    secret = create_project(ctx, project_id=402, name="Shop", callback_url="http://x/cb")
+    with ctx.db.read() as conn:
+        stored = conn.exec_driver_sql("SELECT secret_enc FROM projects").scalar()
+        assert secret not in stored
+        assert project_secret(ctx, conn, 402) == secret
+        project = get_project(conn, 402)
+        assert project is not None and project.name == "Shop"
+    new = rotate_secret(ctx, 402)
+    assert new != secret
+    with ctx.db.read() as conn:
+        assert project_secret(ctx, conn, 402) == new
+
+
+def test_project_ids_are_unique(ctx: AppContext) -> None:
+    create_project(ctx, project_id=1, name="a", callback_url=None)
+    with pytest.raises(ProjectExists):
+        create_project(ctx, project_id=1, name="b", callback_url=None)
