@@ -15,6 +15,7 @@ surface it is raised on (page, Gate API, Data API, parameter check) renders it i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 __all__ = [
     "DataApiError",
@@ -23,9 +24,9 @@ __all__ = [
     "InvalidParameters",
     "PageError",
     "ParamProblem",
-    "PayplaneServerError",
     "PaymentIdConflict",
     "PaymentNotFound",
+    "PayplaneServerError",
     "SignatureMismatch",
 ]
 
@@ -111,7 +112,7 @@ class GateError(PayplaneServerError):
 class DataApiError(PayplaneServerError):
     """An error of the Data API, rendered in the envelope of protocol.md section 7."""
 
-    REASONS = {
+    REASONS: ClassVar[dict[int, str]] = {
         400: "Bad Request",
         401: "Authorization Required",
         404: "Not Found",

@@ -40,7 +40,9 @@ def _context_for(project_id: int) -> str:
 def create_merchant(ctx: AppContext, name: str) -> int:
     with ctx.db.write() as conn:
         result = conn.execute(
-            insert(merchants).values(name=name, created_at=ctx.clock.now()).returning(merchants.c.id)
+            insert(merchants)
+            .values(name=name, created_at=ctx.clock.now())
+            .returning(merchants.c.id)
         )
         return int(result.scalar_one())
 
@@ -98,8 +100,9 @@ def rotate_secret(ctx: AppContext, project_id: int, secret: str | None = None) -
 
 def get_project(conn: Connection, project_id: int) -> Project | None:
     row = conn.execute(
-        select(projects.c.id, projects.c.merchant_id, projects.c.name, projects.c.callback_url)
-        .where(projects.c.id == project_id)
+        select(
+            projects.c.id, projects.c.merchant_id, projects.c.name, projects.c.callback_url
+        ).where(projects.c.id == project_id)
     ).first()
     if row is None:
         return None

@@ -7,7 +7,7 @@ import socket
 import ssl
 import threading
 import time
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 
@@ -32,7 +32,7 @@ class LiveServer:
         *,
         port: int | None = None,
         ssl_context: ssl.SSLContext | None = None,
-        lifespan: str = "on",
+        lifespan: Literal["auto", "on", "off"] = "on",
     ) -> None:
         self.port = port or free_port()
         self.ssl_context = ssl_context
@@ -56,7 +56,6 @@ class LiveServer:
         asyncio.run(self.server.serve())
 
     def start(self) -> LiveServer:
-        self.server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
         self._thread = threading.Thread(target=self._run, name="live-server", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + 30

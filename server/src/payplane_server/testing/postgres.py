@@ -60,8 +60,15 @@ class TempPostgres:
     def start(self) -> TempPostgres:
         self._run(
             str(self.bindir / "initdb"),
-            "-D", str(self.datadir), "-U", "postgres", "--auth=trust", "-E", "UTF8",
-            "--no-sync", "--locale=C",
+            "-D",
+            str(self.datadir),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+            "--locale=C",
         )
         options = [
             f"-p {self.port}",
@@ -73,8 +80,15 @@ class TempPostgres:
         if not self.durable:
             options += ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
         self._run(
-            str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-l",
-            str(self.root / "server.log"), "-o", " ".join(options), "-w", "start",
+            str(self.bindir / "pg_ctl"),
+            "-D",
+            str(self.datadir),
+            "-l",
+            str(self.root / "server.log"),
+            "-o",
+            " ".join(options),
+            "-w",
+            "start",
         )
         return self
 
@@ -101,7 +115,14 @@ class TempPostgres:
 
     def stop(self) -> None:
         try:
-            self._run(str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-m", "immediate",
-                      "-w", "stop")
+            self._run(
+                str(self.bindir / "pg_ctl"),
+                "-D",
+                str(self.datadir),
+                "-m",
+                "immediate",
+                "-w",
+                "stop",
+            )
         finally:
             shutil.rmtree(self.root, ignore_errors=True)

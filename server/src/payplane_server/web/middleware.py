@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["BodyLimit", "SecurityHeaders", "CSP"]
+__all__ = ["CSP", "BodyLimit", "SecurityHeaders"]
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "

@@ -1,0 +1,285 @@
+"""Status changes of a payment and its operation, with their effects in the same transaction:
+the balance on success, and the callback (the transactional outbox).
+
+Every change is a conditional UPDATE (``WHERE status IN (allowed sources)``), so two writers
+racing for one payment (a clarification and its timer, two workers) produce exactly one
+outcome: the loser sees ``False`` and changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from payplane import sign
+from sqlalchemy import Connection, Row, insert, select, update
+
+from ..context import AppContext
+from ..db.tables import balances, callbacks, operations, payments, projects
+from ..domain.callback_body import CallbackFacts, build_callback_body
+from ..domain.payments import FINAL, Code, Status, sources_of
+from .projects import project_secret
+
+__all__ = [
+    "PROVIDER_ID",
+    "Change",
+    "callback_body_for",
+    "enqueue_callback",
+    "load_payment",
+    "start_operation",
+    "transition",
+]
+
+# The simulator's provider id in callbacks (operation.provider.id).
+PROVIDER_ID = 1
+
+
+@dataclass(frozen=True)
+class Change:
+    """What happened to the payment: its new status, result code and message."""
+
+    status: Status
+    code: str
+    message: str | None = None
+    clarification_fields: dict[str, Any] | None = None
+    provider_payment_id: str | None = None
+    provider_auth_code: str | None = None
+    # Set the clarification deadline (None clears it); ignored unless ``set_deadline``.
+    clarification_deadline: Any = None
+    set_deadline: bool = False
+    # Send a callback for this change (final results and clarification requests do).
+    notify_merchant: bool = True
+
+
+def load_payment(conn: Connection, payment_pk: int) -> Row[Any] | None:
+    return conn.execute(select(payments).where(payments.c.id == payment_pk)).first()
+
+
+def _operation(conn: Connection, payment_pk: int) -> Row[Any] | None:
+    return conn.execute(
+        select(operations)
+        .where(operations.c.payment_pk == payment_pk)
+        .order_by(operations.c.id.desc())
+        .limit(1)
+    ).first()
+
+
+def start_operation(ctx: AppContext, conn: Connection, payment: Row[Any]) -> int | None:
+    """Move a NEW payment to PROCESSING and create its ``sale`` operation (code 9999).
+
+    Returns the operation id, or None when the payment was not NEW any more (a double submit).
+    """
+    now = ctx.clock.now()
+    moved = conn.execute(
+        update(payments)
+        .where(payments.c.id == payment.id, payments.c.status == Status.NEW.value)
+        .values(status=Status.PROCESSING.value, updated_at=now)
+    )
+    if moved.rowcount != 1:
+        return None
+    result = conn.execute(
+        insert(operations)
+        .values(
+            payment_pk=payment.id,
+            project_id=payment.project_id,
+            type="sale",
+            status=Status.PROCESSING.value,
+            code=Code.AWAITING_PROCESSING,
+            message=Code.message(Code.AWAITING_PROCESSING),
+            sum_initial_amount=payment.amount,
+            sum_initial_currency=payment.currency,
+            sum_converted_amount=payment.amount,
+            sum_converted_currency=payment.currency,
+            provider_id=PROVIDER_ID,
+            request_id=secrets.token_hex(16),
+            created_at=now,
+        )
+        .returning(operations.c.id)
+    )
+    return int(result.scalar_one())
+
+
+def transition(
+    ctx: AppContext,
+    conn: Connection,
+    payment_pk: int,
+    change: Change,
+    *,
+    expect: Iterable[Status] | None = None,
+) -> bool:
+    """Apply ``change`` to the payment and its latest operation, if the payment is in one of
+    ``expect`` (default: every status the state machine allows the move from).
+
+    Returns False, changing nothing, when the payment was not in such a status.
+    """
+    now = ctx.clock.now()
+    allowed = frozenset(expect) if expect is not None else sources_of(change.status)
+    values: dict[str, Any] = {"status": change.status.value, "updated_at": now}
+    if change.clarification_fields is not None or change.status != Status.AWAITING_CLARIFICATION:
+        values["clarification_fields"] = (
+            json.dumps(change.clarification_fields) if change.clarification_fields else None
+        )
+    if change.set_deadline:
+        values["clarification_deadline"] = change.clarification_deadline
+    elif change.status != Status.AWAITING_CLARIFICATION:
+        values["clarification_deadline"] = None
+    moved = conn.execute(
+        update(payments)
+        .where(payments.c.id == payment_pk, payments.c.status.in_([s.value for s in allowed]))
+        .values(**values)
+    )
+    if moved.rowcount != 1:
+        return False
+    payment = load_payment(conn, payment_pk)
+    operation = _operation(conn, payment_pk)
+    assert payment is not None and operation is not None
+    op_values: dict[str, Any] = {
+        "status": change.status.value,
+        "code": change.code,
+        "message": change.message or Code.message(change.code),
+    }
+    if change.status in FINAL:
+        op_values["completed_at"] = now
+    if change.provider_payment_id is not None:
+        op_values["provider_payment_id"] = change.provider_payment_id
+    if change.provider_auth_code is not None:
+        op_values["provider_auth_code"] = change.provider_auth_code
+    conn.execute(update(operations).where(operations.c.id == operation.id).values(**op_values))
+    if change.status == Status.SUCCESS:
+        _credit(
+            ctx,
+            conn,
+            payment.project_id,
+            operation.sum_converted_currency,
+            operation.sum_converted_amount,
+        )
+    if change.notify_merchant:
+        body = callback_body_for(ctx, conn, payment_pk, change.clarification_fields)
+        enqueue_callback(ctx, conn, payment, operation.id, body)
+    return True
+
+
+def _credit(ctx: AppContext, conn: Connection, project_id: int, currency: str, amount: int) -> None:
+    updated = conn.execute(
+        update(balances)
+        .where(balances.c.project_id == project_id, balances.c.currency == currency)
+        .values(amount=balances.c.amount + amount)
+    )
+    if updated.rowcount == 0:
+        conn.execute(
+            insert(balances).values(project_id=project_id, currency=currency, amount=amount)
+        )
+
+
+def callback_body_for(
+    ctx: AppContext,
+    conn: Connection,
+    payment_pk: int,
+    clarification_fields: dict[str, Any] | None = None,
+) -> str:
+    """The signed JSON text of the payment's current state in the callback format."""
+    payment = load_payment(conn, payment_pk)
+    operation = _operation(conn, payment_pk)
+    assert payment is not None
+    if clarification_fields is None and payment.clarification_fields:
+        clarification_fields = json.loads(payment.clarification_fields)
+    if operation is None:
+        # Registered but never submitted: report the payment with a placeholder operation.
+        op_id, op_status, op_code = 0, payment.status, Code.AWAITING_PROCESSING
+        op_created, op_date, request_id = payment.created_at, payment.updated_at, ""
+        sum_initial = sum_converted = (payment.amount, payment.currency)
+        provider_payment_id = auth_code = ""
+        message = Code.message(op_code)
+    else:
+        op_id, op_status, op_code = operation.id, operation.status, operation.code
+        op_created = operation.created_at
+        op_date = operation.completed_at or payment.updated_at
+        request_id = operation.request_id
+        sum_initial = (operation.sum_initial_amount, operation.sum_initial_currency)
+        sum_converted = (operation.sum_converted_amount, operation.sum_converted_currency)
+        provider_payment_id = operation.provider_payment_id
+        auth_code = operation.provider_auth_code
+        message = operation.message
+    facts = CallbackFacts(
+        project_id=int(payment.project_id),
+        payment_id=payment.payment_id,
+        payment_status=payment.status,
+        payment_date=payment.updated_at,
+        payment_method=payment.method or "card",
+        amount=int(payment.amount),
+        currency=payment.currency,
+        customer_id=payment.customer_id,
+        operation_id=int(op_id),
+        operation_type="sale",
+        operation_status=op_status,
+        operation_date=op_date,
+        operation_created_date=op_created,
+        request_id=request_id,
+        sum_initial=(int(sum_initial[0]), sum_initial[1]),
+        sum_converted=(int(sum_converted[0]), sum_converted[1]),
+        code=op_code,
+        message=message,
+        provider_id=PROVIDER_ID,
+        provider_payment_id=provider_payment_id,
+        provider_auth_code=auth_code,
+        account_number=payment.account_number,
+        card_type=payment.card_type,
+        card_holder=payment.card_holder,
+        expiry_month=payment.expiry_month,
+        expiry_year=payment.expiry_year,
+        clarification_fields=clarification_fields,
+    )
+    body = build_callback_body(facts)
+    secret = project_secret(ctx, conn, int(payment.project_id))
+    assert secret is not None
+    body["signature"] = sign(body, secret)
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+
+
+def enqueue_callback(
+    ctx: AppContext,
+    conn: Connection,
+    payment: Row[Any],
+    operation_id: int | None,
+    body: str,
+) -> int:
+    """Queue a callback in the current transaction (the outbox).
+
+    Callbacks of one payment are delivered in order: a callback is due at once only when no
+    earlier callback of the payment is still pending; otherwise it waits (``next_attempt_at``
+    NULL) until the worker finishes the one before it.
+    """
+    params = json.loads(payment.params)
+    url = (
+        params.get("merchant_callback_url")
+        or conn.execute(
+            select(projects.c.callback_url).where(projects.c.id == payment.project_id)
+        ).scalar()
+    )
+    earlier = conn.execute(
+        select(callbacks.c.id)
+        .where(callbacks.c.payment_pk == payment.id, callbacks.c.state == "pending")
+        .limit(1)
+    ).first()
+    now = ctx.clock.now()
+    result = conn.execute(
+        insert(callbacks)
+        .values(
+            payment_pk=payment.id,
+            project_id=payment.project_id,
+            operation_id=operation_id,
+            url=url or "",
+            body=body,
+            state="pending" if url else "failed",
+            attempts=0,
+            next_attempt_at=None if earlier or not url else now,
+            created_at=now,
+            last_error=None if url else "no callback URL configured",
+        )
+        .returning(callbacks.c.id)
+    )
+    ctx.db.notify(conn, "callbacks")
+    return int(result.scalar_one())
