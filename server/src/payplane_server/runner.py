@@ -166,6 +166,7 @@ def serve(settings: Settings) -> None:
     """Run the platform until SIGINT or SIGTERM."""
     if settings.role not in ROLES:
         raise ValueError(f"role must be one of {', '.join(ROLES)}")
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
     migrate(settings.resolved_database_url)
     web_sock = api_sock = None
     cert_path = None
