@@ -121,6 +121,8 @@ payments = Table(
     Column("expiry_year", String(4), nullable=True),
     Column("clarification_fields", Text, nullable=True),
     Column("clarification_deadline", UTCDateTime, nullable=True),
+    # JSON: the parameters requested by clarification and the values accepted so far.
+    Column("clarification_state", Text, nullable=True),
     Column("processing_deadline", UTCDateTime, nullable=False),
     # The random handle of this payment's form pages (no sequential IDs in customer URLs).
     Column("page_token", String(64), nullable=False, unique=True),

@@ -1,8 +1,8 @@
 """initial schema
 
-Revision ID: a037a4fe55c9
+Revision ID: a40e8fb391b0
 Revises:
-Create Date: 2026-11-22 03:02:24.537196
+Create Date: 2026-11-22 03:11:33.664339
 """
 
 from alembic import op
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 import payplane_server.db.tables
 
 
-revision = "a037a4fe55c9"
+revision = "a40e8fb391b0"
 down_revision = None
 branch_labels = None
 depends_on = None
@@ -136,6 +136,7 @@ def upgrade() -> None:
         sa.Column("expiry_year", sa.String(length=4), nullable=True),
         sa.Column("clarification_fields", sa.Text(), nullable=True),
         sa.Column("clarification_deadline", payplane_server.db.tables.UTCDateTime(), nullable=True),
+        sa.Column("clarification_state", sa.Text(), nullable=True),
         sa.Column("processing_deadline", payplane_server.db.tables.UTCDateTime(), nullable=False),
         sa.Column("page_token", sa.String(length=64), nullable=False),
         sa.Column("created_at", payplane_server.db.tables.UTCDateTime(), nullable=False),
