@@ -30,6 +30,7 @@ from .processing import Change, transition
 
 __all__ = [
     "CONSENT_REFUSED_MESSAGE",
+    "TIMERS_CHANNEL",
     "Answer",
     "fire_due",
     "next_deadline",

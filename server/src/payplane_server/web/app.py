@@ -13,10 +13,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import Scope
 
 from ..context import AppContext
 from . import dashboard, data_api, gate, params_check, payment_page
-from .middleware import BodyLimit, SecurityHeaders
+from .middleware import BodyLimit, SecurityHeaders, _plain_too_large
 
 __all__ = ["create_app", "create_data_api_app"]
 
@@ -25,6 +26,13 @@ STATIC_DIR = Path(__file__).parent / "static"
 # Background loops (callback delivery, timers) register here; ``serve --role all|worker``
 # runs them inside the web process's lifespan.
 Lifespan = Callable[[AppContext], contextlib.AbstractAsyncContextManager[None]]
+
+
+def _refusal(scope: Scope) -> Response:
+    """BodyLimit's 413/408 in the error shape of the surface the request was for."""
+    if str(scope.get("path", "")).startswith(gate.PREFIX):
+        return gate.too_large(scope)
+    return _plain_too_large(scope)
 
 
 async def health(request: Request) -> Response:
@@ -53,7 +61,7 @@ def create_app(context: AppContext, *, background: list[Lifespan] | None = None)
         routes=routes,
         middleware=[
             Middleware(SecurityHeaders),
-            Middleware(BodyLimit, limit=context.settings.max_body_bytes),
+            Middleware(BodyLimit, limit=context.settings.max_body_bytes, too_large=_refusal),
         ],
         lifespan=lifespan,
     )

@@ -15,3 +15,7 @@ Loop = Callable[[AppContext], contextlib.AbstractAsyncContextManager[None]]
 
 # Filled by the delivery and timer modules (see their ``loop`` functions).
 LOOPS: list[Loop] = []
+
+from . import timers  # noqa: E402  (after LOOPS: the loop modules register themselves here)
+
+LOOPS.append(timers.loop)
