@@ -151,7 +151,8 @@ def test_some_parameters_missing_answers_awaiting_with_the_rest_and_a_callback(
     assert body["request_id"] == operation(ctx, pk).request_id
     assert set(body["clarification_fields"]["avs_data"]["properties"]) == {"avs_street_address"}
     assert payment(ctx, pk).status == "awaiting clarification"
-    request, again = callback_bodies(ctx, pk)
+    first, again = callback_bodies(ctx, pk)
+    assert first["operation"]["code"] == "3191"
     assert verify(again, again["signature"], secret)
     assert again["payment"]["status"] == "awaiting clarification"
     assert again["clarification_fields"] == body["clarification_fields"]
