@@ -4,28 +4,56 @@
 the official client libraries produce (protocol.md section 1.1): natural key order, whole-item
 byte order with and without ``:`` doubling, per-level order, and the text renderings of booleans
 and nulls found in Payment Page URLs. Every variant still needs the secret.
+
+Speed matters here (the platform signs and verifies on every request), so the HMAC keys are
+prepared once per secret (RFC 2104's inner and outer pads hashed ahead of time; each message then
+costs two hash copies instead of a full HMAC set-up), a flat mapping of text and integers takes a
+short path, and the general walk sorts by key alone unless a key contained ``:``.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import hmac
+import math
 import re
 from collections.abc import Iterator, Mapping
+from operator import itemgetter
 from typing import Any, Callable
 
-__all__ = ["is_base64_signature", "sign", "signing_string", "verify"]
+from ._exceptions import InvalidParameter
+
+__all__ = [
+    "MAX_DEPTH",
+    "SigningKey",
+    "is_base64_signature",
+    "sign",
+    "signing_string",
+    "verify",
+]
+
+#: Containers may nest this deep (the top-level object counts as level 1); deeper is refused.
+MAX_DEPTH = 32
 
 _EXCLUDED = frozenset({"signature", "frame_mode"})
 _QUERY_TEXT = {"true": "1", "True": "1", "false": "0", "False": "0", "None": "", "null": ""}
 _DIGITS = re.compile(r"(\d+)")
-_B64 = re.compile(r"^[A-Za-z0-9+/]*={0,2}$")
+_BLOCK = 128  # SHA-512 block size in bytes
+_IPAD = bytes(byte ^ 0x36 for byte in range(256))
+_OPAD = bytes(byte ^ 0x5C for byte in range(256))
+_FIRST = itemgetter(0)
 
 Item = tuple[str, str]
 
 
-def _text(value: Any) -> str:
+def _too_deep(path: str) -> InvalidParameter:
+    return InvalidParameter(f"parameters nest deeper than {MAX_DEPTH} levels at {path!r}")
+
+
+def _text(value: Any, path: str) -> str:
+    """The signed text of a leaf value: booleans 1/0, null empty, numbers in decimal."""
     if value is True:
         return "1"
     if value is False:
@@ -33,81 +61,220 @@ def _text(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
-        return value
+        return str.__str__(value)
     if isinstance(value, int):
-        return str(value)
+        return int.__repr__(value)
     if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidParameter(f"cannot sign the non-finite number {value!r} at {path!r}")
         if value.is_integer() and abs(value) < 1e16:
             return str(int(value))
         return repr(value)
-    raise TypeError(f"cannot sign a value of type {type(value).__name__}")
+    raise InvalidParameter(f"cannot sign a value of type {type(value).__name__} at {path!r}")
 
 
-def _items(value: Any, prefix: str, out: list[Item], double: bool) -> None:
+def _key_text(key: object, prefix: str) -> str:
+    if not isinstance(key, str):
+        where = repr(prefix[:-1]) if prefix else "the top level"
+        raise InvalidParameter(f"key {key!r} at {where} is not a string")
+    return str.__str__(key)
+
+
+def _walk_mapping(
+    node: Mapping[Any, Any], prefix: str, out: list[Item], double: bool, depth: int
+) -> bool:
+    """Append the ``(path, text)`` items of ``node``; True if any key contained ``:``."""
+    colon = False
+    for key, child in node.items():
+        if key.__class__ is not str:
+            key = _key_text(key, prefix)
+        if key in _EXCLUDED:
+            continue
+        if ":" in key:
+            colon = True
+            if double:
+                key = key.replace(":", "::")
+        kind = child.__class__
+        if kind is str:
+            out.append((prefix + key, child))
+        elif kind is int:
+            out.append((prefix + key, int.__repr__(child)))
+        elif _walk_value(child, prefix + key, out, double, depth):
+            colon = True
+    return colon
+
+
+def _walk_value(value: Any, path: str, out: list[Item], double: bool, depth: int) -> bool:
     if isinstance(value, Mapping):
-        for key, child in value.items():
-            if not isinstance(key, str):
-                raise TypeError(f"cannot sign a non-string key {key!r}")
-            if key in _EXCLUDED:
-                continue
-            segment = key.replace(":", "::") if double and ":" in key else key
-            _items(child, prefix + ":" + segment if prefix else segment, out, double)
-    elif isinstance(value, (list, tuple)):
+        if depth >= MAX_DEPTH:
+            raise _too_deep(path)
+        return _walk_mapping(value, path + ":", out, double, depth + 1)
+    if isinstance(value, (list, tuple)):
+        if depth >= MAX_DEPTH:
+            raise _too_deep(path)
+        colon = False
         for index, child in enumerate(value):
-            _items(child, f"{prefix}:{index}" if prefix else str(index), out, double)
-    else:
-        out.append((prefix, _text(value)))
+            if _walk_value(child, f"{path}:{index}", out, double, depth + 1):
+                colon = True
+        return colon
+    out.append((path, _text(value, path)))
+    return False
 
 
 def _flat_fast(params: Mapping[str, Any]) -> str | None:
-    """The canonical string of a flat mapping of str/int values, or None if it is not flat."""
+    """The canonical string of a flat mapping of str/int/bool values, or None if it is not."""
     parts = []
-    for key in sorted(params):
-        if key in _EXCLUDED:
-            continue
+    try:
+        keys = sorted(params)
+    except TypeError:
+        return None  # keys of mixed types: the general walk names the bad key
+    for key in keys:
         value = params[key]
-        kind = type(value)
-        if kind is str:
-            if ":" in key:
+        kind = value.__class__
+        if kind is str or kind is int:
+            if key.__class__ is not str or ":" in key or key in _EXCLUDED:
                 return None
-            parts.append(key + ":" + value)
-        elif kind is int:
-            if ":" in key:
+            parts.append(f"{key}:{value}")
+        elif kind is bool:
+            if key.__class__ is not str or ":" in key or key in _EXCLUDED:
                 return None
-            parts.append(key + ":" + str(value))
+            parts.append(key + (":1" if value else ":0"))
         else:
             return None
     return ";".join(parts)
 
 
-def signing_string(params: Mapping[str, Any]) -> str:
-    """The canonical string that is signed: sorted ``path:value`` items joined by ``;``."""
-    fast = _flat_fast(params)
-    if fast is not None:
-        return fast
+def _items(params: Mapping[str, Any], double: bool) -> tuple[list[Item], bool]:
+    if not isinstance(params, Mapping):
+        raise InvalidParameter(f"parameters must be a mapping, not {type(params).__name__}")
     items: list[Item] = []
-    _items(params, "", items, True)
-    items.sort(key=lambda item: item[0])
-    return ";".join(f"{key}:{value}" for key, value in items)
+    colon = _walk_mapping(params, "", items, double, 1)
+    return items, colon
 
 
-def _digest(secret: str, message: str) -> bytes:
-    return hmac.digest(secret.encode("utf-8"), message.encode("utf-8"), "sha512")
+def _join(items: list[Item]) -> str:
+    return ";".join([key + ":" + value for key, value in items])
+
+
+def signing_string(params: Mapping[str, Any]) -> str:
+    """The canonical string that is signed: sorted ``path:value`` items joined by ``;``.
+
+    Raises ``InvalidParameter`` for a key that is not a string, a value that cannot be signed,
+    or nesting deeper than ``MAX_DEPTH``.
+    """
+    if params.__class__ is dict:
+        fast = _flat_fast(params)
+        if fast is not None:
+            return fast
+    items, colon = _items(params, True)
+    # Without ':' in any key, flattened keys are unique and sorting by key alone is total; a
+    # doubled ':' can make two paths equal, and then the value decides, so that insertion
+    # order never changes a signature.
+    if colon:
+        items.sort()
+    else:
+        items.sort(key=_FIRST)
+    return _join(items)
+
+
+def _utf8(message: str) -> bytes:
+    try:
+        return message.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidParameter("parameters contain text that is not valid Unicode") from exc
+
+
+class SigningKey:
+    """A secret prepared for HMAC-SHA512: sign and verify many payloads with one key.
+
+    Equivalent to ``hmac.digest(secret, message, "sha512")``; the pads are hashed once here.
+    """
+
+    __slots__ = ("_inner", "_outer")
+
+    def __init__(self, secret: str | bytes) -> None:
+        key = _utf8(secret) if isinstance(secret, str) else bytes(secret)
+        if len(key) > _BLOCK:
+            key = hashlib.sha512(key).digest()
+        key = key.ljust(_BLOCK, b"\0")
+        self._inner = hashlib.sha512(key.translate(_IPAD))
+        self._outer = hashlib.sha512(key.translate(_OPAD))
+
+    def digest(self, message: bytes) -> bytes:
+        """HMAC-SHA512 of ``message``."""
+        inner = self._inner.copy()
+        inner.update(message)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()
+
+    def sign_string(self, message: str) -> str:
+        """Base64 of the HMAC-SHA512 of an already built signing string."""
+        return binascii.b2a_base64(self.digest(_utf8(message)), newline=False).decode("ascii")
+
+    def sign(self, params: Mapping[str, Any]) -> str:
+        """Sign ``params``: Base64 of HMAC-SHA512 over the canonical string."""
+        return self.sign_string(signing_string(params))
+
+    def verify(self, params: Mapping[str, Any], signature: object) -> bool:
+        """True if ``signature`` signs ``params`` under any accepted variant (constant-time)."""
+        expected = _decode_signature(signature)
+        if expected is None:
+            return False
+        message = signing_string(params)
+        if hmac.compare_digest(self.digest(_utf8(message)), expected):
+            return True
+        tried = {message}
+        for reading in _readings(params):
+            for message in _variants(reading):
+                if message in tried:
+                    continue
+                tried.add(message)
+                if hmac.compare_digest(self.digest(_utf8(message)), expected):
+                    return True
+        return False
+
+
+_KEYS: dict[str, SigningKey] = {}
+_KEYS_MAX = 64
+
+
+def _key(secret: str) -> SigningKey:
+    key = _KEYS.get(secret)
+    if key is None:
+        if not isinstance(secret, str):
+            raise InvalidParameter(f"the secret must be a string, not {type(secret).__name__}")
+        if len(_KEYS) >= _KEYS_MAX:
+            _KEYS.clear()
+        key = _KEYS[secret] = SigningKey(secret)
+    return key
 
 
 def sign(params: Mapping[str, Any], secret: str) -> str:
-    """Sign ``params`` with ``secret``: Base64 of HMAC-SHA512 over the canonical string."""
-    return base64.b64encode(_digest(secret, signing_string(params))).decode("ascii")
+    """Sign ``params`` with ``secret``: Base64 of HMAC-SHA512 over the canonical string.
+
+    ``signature`` and ``frame_mode`` members are left out wherever they stand. Raises
+    ``InvalidParameter`` for input that cannot be signed (see ``signing_string``).
+    """
+    return _key(secret).sign(params)
+
+
+def _decode_signature(signature: object) -> bytes | None:
+    if signature.__class__ is not str:
+        return None
+    assert isinstance(signature, str)
+    if len(signature) != 88 or not signature.endswith("=="):
+        return None
+    try:
+        raw = base64.b64decode(signature, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return raw if len(raw) == 64 else None
 
 
 def is_base64_signature(signature: object) -> bool:
     """True if ``signature`` is standard Base64 text of a 64-byte HMAC-SHA512 digest."""
-    if not isinstance(signature, str) or len(signature) != 88 or not _B64.match(signature):
-        return False
-    try:
-        return len(base64.b64decode(signature, validate=True)) == 64
-    except (binascii.Error, ValueError):
-        return False
+    return _decode_signature(signature) is not None
 
 
 def _natural(key: str) -> tuple[Any, ...]:
@@ -115,35 +282,37 @@ def _natural(key: str) -> tuple[Any, ...]:
     return tuple(int(part) if index % 2 else part for index, part in enumerate(parts))
 
 
+def _utf16(key: str) -> bytes:
+    return key.encode("utf-16-be", "surrogatepass")
+
+
 def _per_level(value: Any, prefix: str, out: list[Item], numeric_index: bool) -> None:
+    """The JS library's order: keys sorted level by level (UTF-16 code units), no doubling."""
     if isinstance(value, Mapping):
-        for key in sorted(k for k in value if k not in _EXCLUDED):
+        for key in sorted((k for k in value if k not in _EXCLUDED), key=_utf16):
             _per_level(value[key], prefix + ":" + key if prefix else key, out, numeric_index)
     elif isinstance(value, (list, tuple)):
         indices = range(len(value)) if numeric_index else sorted(range(len(value)), key=str)
         for index in indices:
-            _per_level(value[index], f"{prefix}:{index}" if prefix else str(index), out,
-                       numeric_index)
+            path = f"{prefix}:{index}" if prefix else str(index)
+            _per_level(value[index], path, out, numeric_index)
     else:
-        out.append((prefix, _text(value)))
+        out.append((prefix, _text(value, prefix)))
 
 
-def _join(items: list[Item]) -> str:
-    return ";".join(f"{key}:{value}" for key, value in items)
+_ORDERS: list[Callable[[Item], Any]] = [
+    _FIRST,
+    lambda item: _natural(item[0]),
+    lambda item: item[0] + ":" + item[1],
+]
 
 
 def _variants(params: Mapping[str, Any]) -> Iterator[str]:
     """Every string an official library may have signed for ``params``, canonical first."""
     yield signing_string(params)
     for double in (True, False):
-        items: list[Item] = []
-        _items(params, "", items, double)
-        orders: list[Callable[[Item], Any]] = [
-            lambda item: item[0],
-            lambda item: _natural(item[0]),
-            lambda item: item[0] + ":" + item[1],
-        ]
-        for order in orders:
+        items, _ = _items(params, double)
+        for order in _ORDERS:
             yield _join(sorted(items, key=order))
     for numeric in (True, False):
         level: list[Item] = []
@@ -170,28 +339,18 @@ def _normalised(value: Any) -> tuple[Any, bool]:
     return value, False
 
 
-def verify(params: Mapping[str, Any], signature: object, secret: str) -> bool:
-    """True if ``signature`` signs ``params`` under any accepted variant (constant-time)."""
-    if not is_base64_signature(signature):
-        return False
-    assert isinstance(signature, str)
-    expected = base64.b64decode(signature)
-    key = secret.encode("utf-8")
-    tried: set[str] = set()
-    readings: list[Mapping[str, Any]] = [params]
+def _readings(params: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+    """The parameters as given, then (only if it differs) their normalised query reading."""
+    yield params
     normalised, changed = _normalised(params)
     if changed:
-        readings.append(normalised)
-    matched = False
-    for reading in readings:
-        for message in _variants(reading):
-            if message in tried:
-                continue
-            tried.add(message)
-            actual = hmac.digest(key, message.encode("utf-8"), "sha512")
-            if hmac.compare_digest(actual, expected):
-                matched = True
-                break
-        if matched:
-            break
-    return matched
+        yield normalised
+
+
+def verify(params: Mapping[str, Any], signature: object, secret: str) -> bool:
+    """True if ``signature`` signs ``params`` under any accepted variant (constant-time).
+
+    A signature that is not Base64 of a 64-byte digest is simply not valid (False); input that
+    cannot be signed at all raises ``InvalidParameter``.
+    """
+    return _key(secret).verify(params, signature)
