@@ -15,6 +15,7 @@ __all__ = [
     "ProjectExists",
     "create_merchant",
     "create_project",
+    "decrypt_secret",
     "get_project",
     "project_secret",
     "rotate_secret",
@@ -115,3 +116,8 @@ def project_secret(ctx: AppContext, conn: Connection, project_id: int) -> str | 
     if enc is None:
         return None
     return ctx.box.decrypt(enc, _context_for(project_id))
+
+
+def decrypt_secret(ctx: AppContext, project_id: int, secret_enc: str) -> str:
+    """Decrypt a ``projects.secret_enc`` value that the caller selected in its own query."""
+    return ctx.box.decrypt(secret_enc, _context_for(project_id))

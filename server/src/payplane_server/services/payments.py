@@ -1,0 +1,301 @@
+"""Payment Page use cases: register or reopen a payment from a signed URL, take the card,
+finish a 3-D Secure challenge, and enforce ``best_before``.
+
+Each use case reads, asks the acquirer (outside any transaction: it may block), then records
+the decision in one write transaction through ``processing.start_operation`` and
+``processing.transition``, whose conditional UPDATEs make double submits and races harmless.
+Nothing here keeps state in memory, so any number of processes can serve one payment.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from payplane import verify
+from sqlalchemy import Connection, Row, and_, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from ..acquirer import Authorization, Decision, Verdict, get_acquirer
+from ..context import AppContext
+from ..crypto import mask_pan
+from ..db.tables import operations, payments, projects
+from ..domain.cards import CardProblem, check_card
+from ..domain.payments import Code, Status
+from ..domain.validation import PaymentRequest, expired_problem, validate
+from ..errors import (
+    InvalidParameters,
+    ParamProblem,
+    PaymentIdConflict,
+    PaymentNotFound,
+    SignatureMismatch,
+)
+from .clarification import request_clarification
+from .processing import Change, start_operation, transition
+from .projects import decrypt_secret
+
+__all__ = [
+    "PageState",
+    "SubmitResult",
+    "complete_challenge",
+    "expire_if_due",
+    "find_by_token",
+    "open_payment",
+    "page_state",
+    "submit_card",
+]
+
+_PROJECT_ID_LIMIT = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class PageState:
+    """A payment and its latest operation (None before the customer submitted)."""
+
+    payment: Row[Any]
+    operation: Row[Any] | None
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    """The payment after a card submission; ``problems`` when the form was refused."""
+
+    payment: Row[Any]
+    problems: list[CardProblem]
+
+
+def _project_id(params: Mapping[str, str]) -> int | None:
+    text = params.get("project_id", "")
+    if not text.isascii() or not text.isdigit() or len(text) > 19:
+        return None
+    number = int(text)
+    return number if 0 < number <= _PROJECT_ID_LIMIT else None
+
+
+def _lookup(conn: Connection, project_id: int, payment_id: str | None) -> Row[Any] | None:
+    """The project's encrypted secret and, when it exists, the payment (one query)."""
+    join = projects.outerjoin(
+        payments,
+        and_(payments.c.project_id == projects.c.id, payments.c.payment_id == payment_id),
+    )
+    return conn.execute(
+        select(projects.c.secret_enc.label("project_secret_enc"), payments)
+        .select_from(join)
+        .where(projects.c.id == project_id)
+    ).first()
+
+
+def _by_key(conn: Connection, project_id: int, payment_id: str) -> Row[Any] | None:
+    return conn.execute(
+        select(payments).where(
+            payments.c.project_id == project_id, payments.c.payment_id == payment_id
+        )
+    ).first()
+
+
+def _same_payment(existing: Row[Any], request: PaymentRequest) -> None:
+    if existing.amount != request.amount or existing.currency != request.currency:
+        raise PaymentIdConflict()
+
+
+def open_payment(ctx: AppContext, params: Mapping[str, str], signature: str | None) -> Row[Any]:
+    """Register the payment of a signed URL, or reopen it (idempotent).
+
+    Raises ``SignatureMismatch`` (bad or missing signature, or unknown project: nothing is
+    revealed about which projects exist), ``InvalidParameters`` or ``PaymentIdConflict``.
+    """
+    project_id = _project_id(params)
+    if project_id is None:
+        _, problems = validate(params)
+        raise InvalidParameters(problems or [ParamProblem("project_id", "Invalid project.")])
+    payment_id = params.get("payment_id")
+    with ctx.db.read() as conn:
+        found = _lookup(conn, project_id, payment_id)
+    if found is None or not signature:
+        raise SignatureMismatch()
+    secret = decrypt_secret(ctx, project_id, found.project_secret_enc)
+    if not verify(params, signature, secret):
+        raise SignatureMismatch()
+    request, problems = validate(params)
+    if request is None:
+        raise InvalidParameters(problems)
+    if found.id is not None:
+        _same_payment(found, request)
+        return expire_if_due(ctx, found)
+    now = ctx.clock.now()
+    late = expired_problem(request.best_before, now)
+    if late is not None:
+        raise InvalidParameters([late])
+    try:
+        with ctx.db.write() as conn:
+            row = conn.execute(
+                insert(payments)
+                .values(
+                    project_id=request.project_id,
+                    payment_id=request.payment_id,
+                    status=Status.NEW.value,
+                    amount=request.amount,
+                    currency=request.currency,
+                    customer_id=request.customer_id,
+                    description=request.description,
+                    best_before=request.best_before,
+                    language_code=request.language_code,
+                    interface_type=request.interface_type,
+                    params=json.dumps(request.params, ensure_ascii=False),
+                    processing_deadline=now
+                    + timedelta(seconds=ctx.settings.processing_threshold_seconds),
+                    page_token=secrets.token_urlsafe(24),
+                    created_at=now,
+                    updated_at=now,
+                )
+                .returning(*payments.c)
+            ).one()
+        return row
+    except IntegrityError:
+        # Someone registered the same payment at the same moment: theirs is the payment.
+        with ctx.db.read() as conn:
+            existing = _by_key(conn, request.project_id, request.payment_id)
+        if existing is None:
+            raise
+        _same_payment(existing, request)
+        return existing
+
+
+def find_by_token(ctx: AppContext, token: str) -> Row[Any]:
+    """The payment behind a page token, or ``PaymentNotFound``."""
+    if not 16 <= len(token) <= 64 or not token.replace("-", "").replace("_", "").isalnum():
+        raise PaymentNotFound()
+    with ctx.db.read() as conn:
+        row = conn.execute(select(payments).where(payments.c.page_token == token)).first()
+    if row is None:
+        raise PaymentNotFound()
+    return row
+
+
+def _latest_operation(conn: Connection, payment_pk: int) -> Row[Any] | None:
+    return conn.execute(
+        select(operations)
+        .where(operations.c.payment_pk == payment_pk)
+        .order_by(operations.c.id.desc())
+        .limit(1)
+    ).first()
+
+
+def page_state(ctx: AppContext, token: str) -> PageState:
+    """The payment behind a page token with its latest operation."""
+    payment = find_by_token(ctx, token)
+    if payment.status == Status.NEW.value:
+        return PageState(expire_if_due(ctx, payment), None)
+    with ctx.db.read() as conn:
+        return PageState(payment, _latest_operation(conn, payment.id))
+
+
+def _reload(conn: Connection, payment_pk: int) -> Row[Any]:
+    return conn.execute(select(payments).where(payments.c.id == payment_pk)).one()
+
+
+def expire_if_due(ctx: AppContext, payment: Row[Any]) -> Row[Any]:
+    """Decline (code 10101, with a callback) a NEW payment whose ``best_before`` has passed.
+
+    Expiry is applied when the customer comes back (any page or submit), not by a timer.
+    """
+    if payment.status != Status.NEW.value or payment.best_before is None:
+        return payment
+    if payment.best_before > ctx.clock.now():
+        return payment
+    with ctx.db.write() as conn:
+        if start_operation(ctx, conn, payment) is not None:
+            transition(ctx, conn, payment.id, Change(Status.DECLINE, Code.EXPIRED))
+        return _reload(conn, payment.id)
+
+
+def _record(ctx: AppContext, conn: Connection, payment_pk: int, decision: Decision) -> None:
+    if decision.verdict == Verdict.SUCCESS:
+        change = Change(
+            Status.SUCCESS,
+            Code.SUCCESS,
+            provider_payment_id=decision.reference,
+            provider_auth_code=decision.auth_code,
+        )
+    elif decision.verdict == Verdict.CHALLENGE:
+        change = Change(
+            Status.AWAITING_3DS,
+            Code.AWAITING_PROCESSING,
+            provider_payment_id=decision.reference,
+            notify_merchant=False,
+        )
+    elif decision.verdict == Verdict.CLARIFICATION:
+        request_clarification(ctx, conn, payment_pk, decision.clarification or "customer")
+        return
+    else:
+        change = Change(Status.DECLINE, decision.code, provider_payment_id=decision.reference)
+    transition(ctx, conn, payment_pk, change)
+
+
+def submit_card(
+    ctx: AppContext, payment: Row[Any], *, pan: str, expiry: str, cvv: str, holder: str
+) -> SubmitResult:
+    """Take the card form of ``payment`` (a row from ``find_by_token``).
+
+    Refused card data returns ``problems`` and changes nothing. A payment that is no longer
+    NEW (double submit, another tab) is returned as it is. The CVV is checked and dropped.
+    """
+    payment = expire_if_due(ctx, payment)
+    if payment.status != Status.NEW.value:
+        return SubmitResult(payment, [])
+    card, problems = check_card(pan, expiry, cvv, holder, ctx.clock.now().date())
+    if card is None:
+        return SubmitResult(payment, problems)
+    decision = get_acquirer(ctx).authorize(
+        Authorization(
+            project_id=int(payment.project_id),
+            payment_id=payment.payment_id,
+            amount=int(payment.amount),
+            currency=payment.currency,
+            card=card,
+        )
+    )
+    with ctx.db.write() as conn:
+        if start_operation(ctx, conn, payment) is None:
+            return SubmitResult(_reload(conn, payment.id), [])
+        conn.execute(
+            update(payments)
+            .where(payments.c.id == payment.id)
+            .values(
+                method="card",
+                account_number=mask_pan(card.pan),
+                card_fingerprint=ctx.box.fingerprint(card.pan),
+                card_holder=card.holder,
+                card_type=card.type,
+                expiry_month=f"{card.expiry_month:02d}",
+                expiry_year=f"{card.expiry_year:04d}",
+            )
+        )
+        _record(ctx, conn, payment.id, decision)
+        return SubmitResult(_reload(conn, payment.id), [])
+
+
+def complete_challenge(ctx: AppContext, payment: Row[Any], code: str) -> Row[Any]:
+    """Answer the 3-D Secure challenge of ``payment`` (a row from ``find_by_token``)."""
+    if payment.status != Status.AWAITING_3DS.value:
+        return payment
+    with ctx.db.read() as conn:
+        operation = _latest_operation(conn, payment.id)
+    reference = operation.provider_payment_id if operation is not None else ""
+    decision = get_acquirer(ctx).complete_challenge(reference, code[:64])
+    if decision.verdict == Verdict.SUCCESS:
+        change = Change(
+            Status.SUCCESS,
+            Code.SUCCESS,
+            provider_payment_id=decision.reference,
+            provider_auth_code=decision.auth_code,
+        )
+    else:
+        change = Change(Status.DECLINE, decision.code or Code.THREE_DS_FAILED)
+    with ctx.db.write() as conn:
+        transition(ctx, conn, payment.id, change, expect={Status.AWAITING_3DS})
+        return _reload(conn, payment.id)
