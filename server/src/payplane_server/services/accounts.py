@@ -51,6 +51,7 @@ __all__ = [
     "grant_project",
     "list_users",
     "normalize_email",
+    "projects_of",
     "revoke_project",
     "set_manage_tokens",
     "set_password",
@@ -301,8 +302,12 @@ def revoke_project(
 def user_projects(conn: Connection, user_id: int) -> list[int]:
     """IDs of the projects the account can see now (all of its merchant's for an admin)."""
     user = get_user(conn, user_id)
-    if user is None:
-        return []
+    return projects_of(conn, user) if user is not None else []
+
+
+def projects_of(conn: Connection, user: User) -> list[int]:
+    """``user_projects`` for an account already read in this transaction."""
+    user_id = user.id
     if sees_all_projects(user.role):
         query = select(projects.c.id).where(projects.c.merchant_id == user.merchant_id)
     else:

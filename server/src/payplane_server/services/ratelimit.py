@@ -1,0 +1,116 @@
+"""A rate limiter shared by every process and machine: counters live in the database.
+
+Sliding-window counter: requests are counted per subject in fixed one-minute windows (one row
+per subject and window, bumped with an atomic ``INSERT .. ON CONFLICT DO UPDATE .. RETURNING``
+on SQLite and PostgreSQL alike), and a request is admitted while
+
+    previous window's count × (share of the previous window still inside the last 60 s)
+    + current window's count  ≤  limit
+
+so that no rolling minute holds much more than ``limit`` requests, even across a window
+boundary (a plain fixed window would admit 2 × limit around it). Refused requests are not
+counted: a client that keeps knocking does not push its own wait further out. Rows older than
+the previous window are removed when a subject opens a new window.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Connection, delete, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from ..context import AppContext
+from ..db.tables import rate_limits
+
+__all__ = ["WINDOW_SECONDS", "Decision", "admit", "estimate", "hit", "retry_after"]
+
+WINDOW_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class Decision:
+    allowed: bool
+    #: Seconds to wait before the next request can succeed (0 when allowed).
+    retry_after: int
+
+
+def estimate(previous: int, current: int, elapsed: float) -> float:
+    """Requests in the rolling minute ending now (``elapsed`` seconds into the window)."""
+    return previous * (WINDOW_SECONDS - elapsed) / WINDOW_SECONDS + current
+
+
+def admit(previous: int, current: int, elapsed: float, limit: int) -> bool:
+    """Whether one more request (already included in ``current``) stays within ``limit``."""
+    return estimate(previous, current, elapsed) <= limit + 1e-9
+
+
+def retry_after(previous: int, current: int, elapsed: float, limit: int, minimum: int) -> int:
+    """Whole seconds until a request would be admitted again (``current`` excludes it)."""
+    if current + 1 > limit:
+        # Only the next window helps, once this window's count has decayed enough.
+        needed = WINDOW_SECONDS * (1 - (limit - 1) / current) if current else 0.0
+        wait = (WINDOW_SECONDS - elapsed) + max(needed, 0.0)
+    else:
+        room = limit - 1 - current
+        needed = WINDOW_SECONDS * (1 - room / previous) if previous else 0.0
+        wait = max(needed - elapsed, 0.0)
+    return max(minimum, math.ceil(wait))
+
+
+def hit(ctx: AppContext, subject: str, limit: int, *, minimum_retry_after: int = 3) -> Decision:
+    """Count a request of ``subject`` and decide; one short write transaction."""
+    now = ctx.clock.now()
+    window, elapsed = _window_of(now)
+    with ctx.db.write() as conn:
+        current = _bump(ctx, conn, subject, window)
+        if current == 1:
+            conn.execute(
+                delete(rate_limits).where(
+                    rate_limits.c.subject == subject, rate_limits.c.window_start < window - 1
+                )
+            )
+        previous = conn.execute(
+            select(rate_limits.c.count).where(
+                rate_limits.c.subject == subject, rate_limits.c.window_start == window - 1
+            )
+        ).scalar()
+        previous = int(previous or 0)
+        if admit(previous, current, elapsed, limit):
+            return Decision(True, 0)
+        conn.execute(
+            update(rate_limits)
+            .where(rate_limits.c.subject == subject, rate_limits.c.window_start == window)
+            .values(count=rate_limits.c.count - 1)
+        )
+        wait = retry_after(previous, current - 1, elapsed, limit, max(3, minimum_retry_after))
+        return Decision(False, wait)
+
+
+def _window_of(now: datetime) -> tuple[int, float]:
+    seconds = now.timestamp()
+    window = int(seconds // WINDOW_SECONDS)
+    return window, seconds - window * WINDOW_SECONDS
+
+
+def _bump(ctx: AppContext, conn: Connection, subject: str, window: int) -> int:
+    values = {"subject": subject, "window_start": window, "count": 1}
+    bump = {"count": rate_limits.c.count + 1}
+    keys = [rate_limits.c.subject, rate_limits.c.window_start]
+    if ctx.db.is_sqlite:
+        statement = (
+            sqlite.insert(rate_limits)
+            .values(values)
+            .on_conflict_do_update(index_elements=keys, set_=bump)
+            .returning(rate_limits.c.count)
+        )
+    else:
+        statement = (
+            postgresql.insert(rate_limits)
+            .values(values)
+            .on_conflict_do_update(index_elements=keys, set_=bump)
+            .returning(rate_limits.c.count)
+        )
+    return int(conn.execute(statement).scalar_one())

@@ -1,0 +1,225 @@
+"""Read models of the Data API: balances and operations, with pages that stay cheap.
+
+``find_operations`` returns a page ordered by (created_at, id). A page costs the same whatever
+the table size: for up to ``UNION_MAX_PROJECTS`` projects, each project's part is an index range
+scan of ``ix_operations_project_created`` cut at ``offset + limit`` rows, and the parts are
+merged (``UNION ALL`` then a sort of at most projects × (offset + limit) rows); more projects
+walk ``ix_operations_created`` in order. The ``total`` is a COUNT over the same index ranges:
+its cost grows with the number of operations inside the interval (not with the table), which
+is why intervals are capped (``MAX_INTERVAL``) and ``total`` can be skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Select, and_, func, select, union_all
+
+from ..db.tables import balances, operations, payments, projects
+
+__all__ = [
+    "MAX_INTERVAL",
+    "UNION_MAX_PROJECTS",
+    "BalanceLine",
+    "OperationQuery",
+    "OperationRow",
+    "balances_of",
+    "find_operations",
+    "operations_of_payment",
+]
+
+MAX_INTERVAL = timedelta(days=366)
+UNION_MAX_PROJECTS = 32
+
+
+@dataclass(frozen=True)
+class BalanceLine:
+    project_id: int
+    project_name: str
+    currency: str
+    amount: int
+
+
+@dataclass(frozen=True)
+class OperationQuery:
+    """``start`` inclusive, ``end`` exclusive, both aware UTC."""
+
+    project_ids: Sequence[int]
+    start: datetime
+    end: datetime
+    types: Sequence[str] = ()
+    statuses: Sequence[str] = ()
+    limit: int = 1000
+    offset: int = 0
+    with_total: bool = True
+
+
+@dataclass(frozen=True)
+class OperationRow:
+    project_id: int
+    operation_id: int
+    payment_id: str
+    operation_type: str
+    operation_status: str
+    payment_method: str
+    account_number: str | None
+    customer_id: str
+    description: str | None
+    created_at: datetime
+    completed_at: datetime | None
+    sum_initial: tuple[int, str]
+    sum_converted: tuple[int, str]
+    code: str
+    message: str
+
+
+def balances_of(conn: Connection, project_ids: Sequence[int]) -> list[BalanceLine]:
+    """Balances per project and currency, ordered by project then currency."""
+    if not project_ids:
+        return []
+    rows = conn.execute(
+        select(balances.c.project_id, projects.c.name, balances.c.currency, balances.c.amount)
+        .join(projects, projects.c.id == balances.c.project_id)
+        .where(balances.c.project_id.in_(list(project_ids)))
+        .order_by(balances.c.project_id, balances.c.currency)
+    )
+    return [
+        BalanceLine(int(row.project_id), row.name, row.currency, int(row.amount)) for row in rows
+    ]
+
+
+def _filters(query: OperationQuery) -> list[Any]:
+    conditions = [operations.c.created_at >= query.start, operations.c.created_at < query.end]
+    if query.types:
+        conditions.append(operations.c.type.in_(list(query.types)))
+    if query.statuses:
+        conditions.append(operations.c.status.in_(list(query.statuses)))
+    return conditions
+
+
+def _page_keys(query: OperationQuery) -> Select[Any]:
+    """(id, created_at) of the page, using one ordered index range per project."""
+    conditions = _filters(query)
+    order = (operations.c.created_at, operations.c.id)
+    if len(query.project_ids) == 1 or len(query.project_ids) > UNION_MAX_PROJECTS:
+        return (
+            select(operations.c.id, operations.c.created_at)
+            .where(operations.c.project_id.in_(list(query.project_ids)), *conditions)
+            .order_by(*order)
+            .limit(query.limit)
+            .offset(query.offset)
+        )
+    parts = []
+    for project_id in query.project_ids:
+        part = (
+            select(operations.c.id, operations.c.created_at)
+            .where(operations.c.project_id == project_id, *conditions)
+            .order_by(*order)
+            .limit(query.offset + query.limit)
+            .subquery()
+        )
+        parts.append(select(part.c.id, part.c.created_at))
+    merged = union_all(*parts).subquery("parts")
+    return (
+        select(merged.c.id, merged.c.created_at)
+        .order_by(merged.c.created_at, merged.c.id)
+        .limit(query.limit)
+        .offset(query.offset)
+    )
+
+
+_ROW_COLUMNS = (
+    operations.c.project_id,
+    operations.c.id,
+    payments.c.payment_id,
+    operations.c.type,
+    operations.c.status,
+    payments.c.method,
+    payments.c.account_number,
+    payments.c.customer_id,
+    payments.c.description,
+    operations.c.created_at,
+    operations.c.completed_at,
+    operations.c.sum_initial_amount,
+    operations.c.sum_initial_currency,
+    operations.c.sum_converted_amount,
+    operations.c.sum_converted_currency,
+    operations.c.code,
+    operations.c.message,
+)
+
+
+def _row(row: Any) -> OperationRow:
+    return OperationRow(
+        project_id=int(row.project_id),
+        operation_id=int(row.id),
+        payment_id=row.payment_id,
+        operation_type=row.type,
+        operation_status=row.status,
+        payment_method=row.method or "card",
+        account_number=row.account_number,
+        customer_id=row.customer_id,
+        description=row.description,
+        created_at=row.created_at,
+        completed_at=row.completed_at,
+        sum_initial=(int(row.sum_initial_amount), row.sum_initial_currency),
+        sum_converted=(int(row.sum_converted_amount), row.sum_converted_currency),
+        code=row.code,
+        message=row.message,
+    )
+
+
+def find_operations(conn: Connection, query: OperationQuery) -> tuple[list[OperationRow], int]:
+    """One page of operations and the number of all matches (-1 when not asked for)."""
+    if not query.project_ids:
+        return [], 0
+    keys = _page_keys(query).subquery("page")
+    rows = conn.execute(
+        select(*_ROW_COLUMNS)
+        .select_from(keys)
+        .join(operations, operations.c.id == keys.c.id)
+        .join(payments, payments.c.id == operations.c.payment_pk)
+        .order_by(keys.c.created_at, keys.c.id)
+    )
+    page = [_row(row) for row in rows]
+    total = -1
+    if query.with_total:
+        if len(page) < query.limit and (page or query.offset == 0):
+            total = query.offset + len(page)
+        else:
+            total = int(
+                conn.execute(
+                    select(func.count())
+                    .select_from(operations)
+                    .where(
+                        and_(
+                            operations.c.project_id.in_(list(query.project_ids)),
+                            *_filters(query),
+                        )
+                    )
+                ).scalar_one()
+            )
+    return page, total
+
+
+def operations_of_payment(
+    conn: Connection, project_id: int, payment_id: str
+) -> list[OperationRow] | None:
+    """Every operation of one payment, oldest first; None when the payment does not exist."""
+    payment_pk = conn.execute(
+        select(payments.c.id).where(
+            payments.c.project_id == project_id, payments.c.payment_id == payment_id
+        )
+    ).scalar()
+    if payment_pk is None:
+        return None
+    rows = conn.execute(
+        select(*_ROW_COLUMNS)
+        .join(payments, payments.c.id == operations.c.payment_pk)
+        .where(operations.c.payment_pk == payment_pk)
+        .order_by(operations.c.created_at, operations.c.id)
+    )
+    return [_row(row) for row in rows]
