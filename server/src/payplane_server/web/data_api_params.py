@@ -221,7 +221,10 @@ def parse_operations(params: Mapping[str, Any]) -> OperationsRequest:
     last = _local(interval["to"], "interval.to", zone)
     if last < start:
         raise _bad("interval.to is earlier than interval.from.")
-    end = last + timedelta(seconds=1)
+    try:
+        end = last + timedelta(seconds=1)
+    except OverflowError:
+        raise _bad("interval.to is not a valid date-time.") from None
     if end - start > MAX_INTERVAL:
         raise _bad(f"The interval may span at most {MAX_INTERVAL.days} days.")
     limit = params.get("limit", MAX_LIMIT)
