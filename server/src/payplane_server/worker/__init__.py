@@ -16,6 +16,8 @@ Loop = Callable[[AppContext], contextlib.AbstractAsyncContextManager[None]]
 # Filled by the delivery and timer modules (see their ``loop`` functions).
 LOOPS: list[Loop] = []
 
-from . import timers  # noqa: E402  (after LOOPS: the loop modules register themselves here)
+# After LOOPS: the loop modules register themselves here.
+from . import delivery, timers  # noqa: E402
 
+LOOPS.append(delivery.loop)
 LOOPS.append(timers.loop)

@@ -1,0 +1,482 @@
+"""Callback delivery: claim due callbacks from the outbox, POST them, record every attempt.
+
+One ``DeliveryWorker`` per process. It keeps up to ``callback_concurrency`` deliveries in flight
+and at most ``callback_per_host_concurrency`` per merchant origin (``scheme://host:port`` as
+written in the URL), so a hanging merchant endpoint holds only its own slots: while an origin is
+at its cap the worker stops claiming that origin's callbacks and keeps serving everyone else.
+
+Only HTTP 200 counts as delivered. Redirects are not followed (a failed attempt), the answer's
+body is read to at most ``MAX_RESPONSE_BYTES`` and the whole attempt is bounded by
+``callback_timeout_seconds``. Failed attempts are retried on ``domain.retry``'s schedule.
+
+The worker wakes when a callback is queued: an in-process signal after commit (every engine),
+``LISTEN payplane_callbacks`` on PostgreSQL for other processes' commits, and a poll every
+``poll_interval`` seconds as the fallback (retries that come due, expired leases).
+All scheduling decisions read ``ctx.clock``; ``run_once()`` drives one round deterministically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+import time
+from collections import OrderedDict, defaultdict, deque
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import certifi
+import httpx
+import psycopg
+from sqlalchemy import make_url
+
+from ..context import AppContext
+from ..services.callbacks import validate_callback_url
+from .outbox import (
+    AttemptResult,
+    Claimed,
+    claim_due,
+    extend_lease,
+    has_due,
+    record_results,
+    release_claims,
+)
+
+__all__ = ["MAX_RESPONSE_BYTES", "DeliveryWorker", "deliver_due", "loop", "post_callback"]
+
+log = logging.getLogger("payplane.callbacks")
+
+# How much of a merchant's answer is read; the rest is dropped with the connection.
+MAX_RESPONSE_BYTES = 4096
+# At most this many saturated origins are named in one claim's exclusion list.
+_MAX_EXCLUDED = 64
+USER_AGENT = "Payplane-Callbacks/1"
+T = TypeVar("T")
+
+
+class _OriginTransport(httpx.AsyncBaseTransport):
+    """One connection pool per origin behind one client: httpcore scans its whole pool on
+    every request, so many small pools stay fast where one big pool slows down with its size,
+    and a hanging origin's connections never sit in other origins' way."""
+
+    def __init__(self, per_origin: int, verify: ssl.SSLContext, max_origins: int = 512) -> None:
+        self._limits = httpx.Limits(
+            max_connections=per_origin, max_keepalive_connections=per_origin
+        )
+        self._verify = verify
+        self._max = max_origins
+        self._pools: OrderedDict[tuple[bytes, bytes, int | None], httpx.AsyncHTTPTransport] = (
+            OrderedDict()
+        )
+        self._busy: defaultdict[tuple[bytes, bytes, int | None], int] = defaultdict(int)
+
+    def _pool(self, key: tuple[bytes, bytes, int | None]) -> httpx.AsyncHTTPTransport:
+        pool = self._pools.get(key)
+        if pool is None:
+            pool = httpx.AsyncHTTPTransport(verify=self._verify, limits=self._limits, retries=0)
+            self._pools[key] = pool
+            self._evict()
+        else:
+            self._pools.move_to_end(key)
+        return pool
+
+    def _evict(self) -> None:
+        for key in list(self._pools):
+            if len(self._pools) <= self._max:
+                return
+            if self._busy.get(key, 0) == 0:
+                stale = self._pools.pop(key)
+                self._busy.pop(key, None)
+                asyncio.get_running_loop().create_task(stale.aclose())
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        key = (url.raw_scheme, url.raw_host, url.port)
+        pool = self._pool(key)
+        self._busy[key] += 1
+        try:
+            return await pool.handle_async_request(request)
+        finally:
+            self._busy[key] -= 1
+
+    async def aclose(self) -> None:
+        pools = list(self._pools.values())
+        self._pools.clear()
+        for pool in pools:
+            await pool.aclose()
+
+
+def make_client(timeout: float, per_origin: int) -> httpx.AsyncClient:
+    """The worker's one shared client: pooled, never following redirects."""
+    verify = ssl.create_default_context(cafile=certifi.where())
+    return httpx.AsyncClient(
+        transport=_OriginTransport(per_origin, verify),
+        timeout=httpx.Timeout(timeout),
+        follow_redirects=False,
+        headers={"User-Agent": USER_AGENT},
+    )
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"[:300]
+
+
+async def post_callback(
+    client: httpx.AsyncClient,
+    claimed: Claimed,
+    timeout: float,
+    now: Callable[[], Any],
+) -> AttemptResult:
+    """POST one callback; never raises (every failure is an attempt's error)."""
+    started_at = now()
+    began = time.perf_counter()
+    status: int | None = None
+    location: str | None = None
+    error: str | None = None
+    try:
+        async with asyncio.timeout(timeout):
+            request = client.build_request(
+                "POST",
+                claimed.url,
+                content=claimed.body.encode("utf-8"),
+                headers={"Content-Type": "application/json"},
+            )
+            response = await client.send(request, stream=True)
+            status = response.status_code
+            location = response.headers.get("location")
+            try:
+                received = 0
+                async for chunk in response.aiter_raw():
+                    received += len(chunk)
+                    if received >= MAX_RESPONSE_BYTES:
+                        break
+            finally:
+                await response.aclose()
+    except TimeoutError:
+        if status is None:
+            error = f"no answer within {timeout:g} s"
+    except httpx.HTTPError as exc:
+        if status is None:
+            error = _describe(exc)
+    except Exception as exc:  # a worker must survive any merchant endpoint
+        log.exception("callback %s: unexpected error", claimed.id)
+        error = _describe(exc)
+    latency_ms = round((time.perf_counter() - began) * 1000)
+    if error is None and status != 200:
+        if status is not None and 300 <= status < 400:
+            error = f"HTTP {status}: redirect to {location or '(no Location)'} not followed"
+        else:
+            error = f"HTTP {status}: only 200 counts as delivered"
+    return AttemptResult(claimed, started_at, now(), status, latency_ms, error)
+
+
+class DeliveryWorker:
+    """``async with DeliveryWorker(ctx) as worker: await worker.run_once()`` (tests), or
+    ``await worker.start()`` ... ``await worker.stop()`` for the background loop."""
+
+    def __init__(
+        self,
+        ctx: AppContext,
+        *,
+        poll_interval: float = 1.0,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        settings = ctx.settings
+        self.ctx = ctx
+        self.timeout = float(settings.callback_timeout_seconds)
+        self.concurrency = max(1, settings.callback_concurrency)
+        self.per_host = max(1, settings.callback_per_host_concurrency)
+        # Long enough for any attempt (bounded by the timeout) plus the time to record it.
+        self.lease_seconds = self.timeout + min(10.0, max(1.0, self.timeout))
+        self.poll_interval = poll_interval
+        self._client = client
+        self._own_client = client is None
+        self._executor: ThreadPoolExecutor | None = None
+        self._wake = asyncio.Event()
+        self._flush_wanted = asyncio.Event()
+        self._results: list[AttemptResult] = []
+        self._claims: dict[int, Claimed] = {}
+        self._claimed_at: dict[int, float] = {}
+        self._inflight: defaultdict[str, int] = defaultdict(int)
+        self._queues: defaultdict[str, deque[Claimed]] = defaultdict(deque)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._background: list[asyncio.Task[None]] = []
+        self._more_due = False
+        self._stopping = False
+        self._refusals: OrderedDict[str, str | None] = OrderedDict()
+        self._unlisten: Callable[[], None] | None = None
+        self._listening = asyncio.Event()
+        self.delivered = 0
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> DeliveryWorker:
+        self._open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def _open(self) -> None:
+        if self._client is None:
+            self._client = make_client(self.timeout, self.per_host)
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="payplane-callbacks-db")
+
+    async def _db(self, fn: Callable[..., T], *args: Any) -> T:
+        assert self._executor is not None
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    def wake(self) -> None:
+        """Look for due callbacks now (safe to call often; wakes coalesce)."""
+        self._wake.set()
+
+    @property
+    def in_flight(self) -> int:
+        return sum(self._inflight.values())
+
+    def _held(self, origin: str) -> int:
+        return self._inflight[origin] + len(self._queues[origin])
+
+    # -- claiming and dispatching -----------------------------------------------------------
+
+    async def _claim_once(self) -> int:
+        free = self.concurrency - self.in_flight
+        queued = sum(len(q) for q in self._queues.values())
+        if free <= 0 or queued >= self.concurrency:
+            self._more_due = True
+            return 0
+        saturated = [o for o in self._inflight if self._held(o) >= self.per_host]
+        claims = await self._db(
+            claim_due,
+            self.ctx.db,
+            self.ctx.clock.now(),
+            free,
+            self.lease_seconds,
+            saturated[:_MAX_EXCLUDED],
+        )
+        self._more_due = len(claims) == free or bool(saturated)
+        stamp = time.monotonic()
+        for claimed in claims:
+            self._claims[claimed.id] = claimed
+            self._claimed_at[claimed.id] = stamp
+            origin = claimed.origin
+            if self._inflight[origin] < self.per_host:
+                self._start(claimed)
+            else:
+                self._queues[origin].append(claimed)
+        return len(claims)
+
+    def _start(self, claimed: Claimed) -> None:
+        self._inflight[claimed.origin] += 1
+        task = asyncio.get_running_loop().create_task(self._deliver(claimed))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _refusal(self, url: str) -> str | None:
+        if url in self._refusals:
+            self._refusals.move_to_end(url)
+            return self._refusals[url]
+        reason = validate_callback_url(url, self.ctx.settings)
+        self._refusals[url] = reason
+        if len(self._refusals) > 4096:
+            self._refusals.popitem(last=False)
+        return reason
+
+    async def _deliver(self, claimed: Claimed) -> None:
+        origin = claimed.origin
+        try:
+            waited = time.monotonic() - self._claimed_at.get(claimed.id, time.monotonic())
+            if waited > self.lease_seconds / 3:
+                try:
+                    claimed = await self._db(
+                        extend_lease,
+                        self.ctx.db,
+                        claimed,
+                        self.ctx.clock.now(),
+                        self.lease_seconds,
+                    )
+                    self._claims[claimed.id] = claimed
+                except LookupError:
+                    log.warning("callback %s: lease lost while queued; skipped", claimed.id)
+                    self._forget(claimed)
+                    return
+            reason = self._refusal(claimed.url)
+            if reason is not None:
+                now = self.ctx.clock.now()
+                result = AttemptResult(
+                    claimed, now, now, None, 0, f"refused: {reason}", permanent=True
+                )
+            else:
+                assert self._client is not None
+                result = await post_callback(
+                    self._client, claimed, self.timeout, self.ctx.clock.now
+                )
+            self._results.append(result)
+            self._flush_wanted.set()
+        finally:
+            self._inflight[origin] -= 1
+            queue = self._queues.get(origin)
+            if queue and not self._stopping:
+                self._start(queue.popleft())
+            if not self._inflight[origin] and not queue:
+                self._inflight.pop(origin, None)
+                self._queues.pop(origin, None)
+            if self._more_due:
+                self.wake()
+
+    def _forget(self, claimed: Claimed) -> None:
+        self._claims.pop(claimed.id, None)
+        self._claimed_at.pop(claimed.id, None)
+
+    async def _flush(self) -> int:
+        """Record buffered results; returns how many callbacks were released by them."""
+        batch, self._results = self._results, []
+        if not batch:
+            return 0
+        try:
+            recorded = await self._db(record_results, self.ctx.db, batch, self.ctx.clock.now())
+        except Exception:
+            log.exception("recording %d callback attempts failed; retrying", len(batch))
+            self._results = batch + self._results
+            raise
+        for result in batch:
+            self._forget(result.claimed)
+        self.delivered += recorded.delivered
+        if recorded.lost:
+            log.warning("%d callback results dropped: their leases were lost", recorded.lost)
+        return recorded.released
+
+    # -- driving ------------------------------------------------------------------------------
+
+    async def run_once(self) -> int:
+        """Deliver every callback due now (and those its deliveries release), record the
+        attempts, and return how many attempts were made."""
+        self._open()
+        attempts = 0
+        while True:
+            claimed = await self._claim_once()
+            while self._tasks:
+                await asyncio.gather(*list(self._tasks))
+            attempts += len(self._results)
+            await self._flush()
+            if not claimed and not self._tasks and not any(self._queues.values()):
+                return attempts
+
+    async def start(self) -> None:
+        """Run in the background until ``stop()``."""
+        self._open()
+        loop = asyncio.get_running_loop()
+
+        def signal(_channel: str) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed
+                loop.call_soon_threadsafe(self.wake)
+
+        self._unlisten = self.ctx.db.listen("callbacks", signal)
+        self._background.append(loop.create_task(self._flush_loop(), name="callbacks-flush"))
+        if self.ctx.db.is_postgres:
+            self._background.append(loop.create_task(self._listen_pg(), name="callbacks-listen"))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._listening.wait(), 10)
+        self._background.append(loop.create_task(self._claim_loop(), name="callbacks-claim"))
+        self.wake()
+
+    async def _claim_loop(self) -> None:
+        while not self._stopping:
+            self._wake.clear()
+            try:
+                if self._more_due or await self._db(has_due, self.ctx.db, self.ctx.clock.now()):
+                    await self._claim_once()
+            except Exception:
+                log.exception("claiming callbacks failed")
+                await asyncio.sleep(1)
+            if self._more_due and self.in_flight < self.concurrency:
+                await asyncio.sleep(0)
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.poll_interval)
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._flush_wanted.wait()
+            self._flush_wanted.clear()
+            try:
+                if await self._flush():
+                    self.wake()
+            except Exception:
+                await asyncio.sleep(1)
+                self._flush_wanted.set()
+
+    async def _listen_pg(self) -> None:
+        url = make_url(self.ctx.db.url).set(drivername="postgresql")
+        conninfo = url.render_as_string(hide_password=False)
+        while not self._stopping:
+            try:
+                async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+                    await conn.execute("LISTEN payplane_callbacks")
+                    self._listening.set()
+                    self.wake()
+                    async for _ in conn.notifies():
+                        self.wake()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("LISTEN payplane_callbacks failed (%s); retrying", _describe(exc))
+                await asyncio.sleep(1)
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop claiming, let deliveries in flight finish (up to ``grace`` seconds), give back
+        the leases of everything else, and record what was done."""
+        self._stopping = True
+        if self._unlisten is not None:
+            self._unlisten()
+            self._unlisten = None
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        self._background.clear()
+        if self._tasks:
+            _, pending = await asyncio.wait(list(self._tasks), timeout=min(grace, self.timeout))
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        if self._executor is not None:
+            with contextlib.suppress(Exception):
+                await self._flush()
+            leftover = list(self._claims.values())
+            self._queues.clear()
+            if leftover:
+                with contextlib.suppress(Exception):
+                    await self._db(release_claims, self.ctx.db, leftover, self.ctx.clock.now())
+            self._claims.clear()
+            self._executor.shutdown(wait=True)
+            self._executor = None
+        if self._client is not None and self._own_client:
+            await self._client.aclose()
+            self._client = None
+
+
+@contextlib.asynccontextmanager
+async def loop(ctx: AppContext) -> AsyncIterator[None]:
+    """The background delivery loop for ``serve --role all|worker`` (see ``worker.LOOPS``)."""
+    worker = DeliveryWorker(ctx)
+    await worker.start()
+    ctx.extras["callback_worker"] = worker
+    try:
+        yield
+    finally:
+        ctx.extras.pop("callback_worker", None)
+        await worker.stop()
+
+
+def deliver_due(ctx: AppContext) -> int:
+    """Synchronously run one delivery round (``DeliveryWorker.run_once``) on a fresh loop."""
+
+    async def once() -> int:
+        async with DeliveryWorker(ctx) as worker:
+            return await worker.run_once()
+
+    return asyncio.run(once())
