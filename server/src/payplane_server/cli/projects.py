@@ -24,9 +24,14 @@ def create(
     data_dir: DataDir = None,
 ) -> None:
     """Create a project; its secret key is printed once and stored only encrypted."""
+    from ..services.callbacks import validate_callback_url
     from ..services.projects import ProjectExists, create_project
 
     with context_for(data_dir) as ctx:
+        problem = validate_callback_url(callback_url, ctx.settings)
+        if problem is not None:
+            typer.echo(f"error: --callback-url: {problem}", err=True)
+            raise typer.Exit(2)
         try:
             key = create_project(
                 ctx, project_id=project_id, name=name, callback_url=callback_url, secret=secret

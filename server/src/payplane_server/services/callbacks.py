@@ -27,6 +27,7 @@ __all__ = [
     "ResendOutcome",
     "get_callback",
     "list_callbacks",
+    "resend",
     "resend_callback",
     "validate_callback_url",
 ]
@@ -298,3 +299,7 @@ def resend_callback(ctx: AppContext, callback_id: int) -> ResendOutcome | None:
         ).scalar_one()
         ctx.db.notify(conn, "callbacks")
     return ResendOutcome("queued", callback_id, new_id=int(new_id))
+
+
+# The Dashboard's name for the same operation.
+resend = resend_callback
