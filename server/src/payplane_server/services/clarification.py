@@ -26,7 +26,7 @@ from ..db.tables import operations, payments
 from ..domain.clarification import KINDS, ClarificationState, check_structure, wait_deadline
 from ..domain.payments import Code, Status
 from ..errors import GateError
-from .processing import Change, transition
+from .processing import Change, transition, transition_many
 
 __all__ = [
     "CONSENT_REFUSED_MESSAGE",
@@ -204,7 +204,7 @@ def _answer(
         change = Change(
             status=Status.SUCCESS,
             code=Code.SUCCESS,
-            provider_payment_id=secrets.token_hex(8),
+            provider_payment_id="sim-" + secrets.token_hex(8),
             provider_auth_code=f"{secrets.randbelow(10**6):06d}",
         )
     else:
@@ -268,7 +268,6 @@ def fire_due(ctx: AppContext, *, limit: int = 500) -> int:
     """
     now = ctx.clock.now()
     deadline = payments.c.clarification_deadline
-    fired = 0
     with ctx.db.write() as conn:
         query = (
             select(payments.c.id, payments.c.status)
@@ -278,14 +277,15 @@ def fire_due(ctx: AppContext, *, limit: int = 500) -> int:
         )
         if ctx.db.is_postgres:
             query = query.with_for_update(skip_locked=True)
-        for row in conn.execute(query).all():
-            if row.status == Status.AWAITING_CLARIFICATION.value:
-                fired += _expire(ctx, conn, int(row.id))
-            else:
-                # A deadline left on a payment that no longer waits would be found forever.
-                conn.execute(
-                    update(payments)
-                    .where(payments.c.id == row.id)
-                    .values(clarification_deadline=None)
-                )
-    return fired
+        rows = conn.execute(query).all()
+        due = [int(r.id) for r in rows if r.status == Status.AWAITING_CLARIFICATION.value]
+        stale = [int(r.id) for r in rows if r.status != Status.AWAITING_CLARIFICATION.value]
+        if stale:
+            # A deadline left on a payment that no longer waits would be found forever.
+            conn.execute(
+                update(payments).where(payments.c.id.in_(stale)).values(clarification_deadline=None)
+            )
+        fired = transition_many(
+            ctx, conn, due, Change(status=Status.DECLINE, code=Code.AUTO_DECLINE), expect=_AWAITING
+        )
+    return len(fired)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,16 +21,18 @@ from ..context import AppContext
 from ..db.tables import balances, callbacks, operations, payments, projects
 from ..domain.callback_body import CallbackFacts, build_callback_body
 from ..domain.payments import FINAL, Code, Status, sources_of
-from .projects import project_secret
+from .projects import decrypt_secret, project_secret
 
 __all__ = [
     "PROVIDER_ID",
     "Change",
     "callback_body_for",
+    "callback_facts",
     "enqueue_callback",
     "load_payment",
     "start_operation",
     "transition",
+    "transition_many",
 ]
 
 # The simulator's provider id in callbacks (operation.provider.id).
@@ -162,6 +164,115 @@ def transition(
     return True
 
 
+def transition_many(
+    ctx: AppContext,
+    conn: Connection,
+    payment_pks: Sequence[int],
+    change: Change,
+    *,
+    expect: Iterable[Status],
+) -> list[int]:
+    """``transition`` for many payments at once, with a few statements per batch instead of
+    several per payment (the clarification timer declines thousands at a time).
+
+    Only for changes that move no money and ask for nothing: not SUCCESS, no
+    ``clarification_fields``, no deadline (the deadline is cleared). Returns the primary keys of
+    the payments that were in one of ``expect`` and moved; the others are left alone.
+    """
+    if change.status == Status.SUCCESS or change.clarification_fields or change.set_deadline:
+        raise ValueError("transition_many takes only changes without money or clarification")
+    if not payment_pks:
+        return []
+    now = ctx.clock.now()
+    moved = [
+        int(pk)
+        for pk in conn.execute(
+            update(payments)
+            .where(
+                payments.c.id.in_(list(payment_pks)),
+                payments.c.status.in_([s.value for s in expect]),
+            )
+            .values(
+                status=change.status.value,
+                updated_at=now,
+                clarification_fields=None,
+                clarification_deadline=None,
+            )
+            .returning(payments.c.id)
+        ).scalars()
+    ]
+    if not moved:
+        return []
+    rows = conn.execute(
+        select(payments, projects.c.secret_enc, projects.c.callback_url)
+        .join(projects, projects.c.id == payments.c.project_id)
+        .where(payments.c.id.in_(moved))
+        .order_by(payments.c.id)
+    ).all()
+    latest: dict[int, Row[Any]] = {}
+    for op in conn.execute(
+        select(operations).where(operations.c.payment_pk.in_(moved)).order_by(operations.c.id)
+    ):
+        latest[int(op.payment_pk)] = op
+    op_values: dict[str, Any] = {
+        "status": change.status.value,
+        "code": change.code,
+        "message": change.message or Code.message(change.code),
+    }
+    if change.status in FINAL:
+        op_values["completed_at"] = now
+    if change.provider_payment_id is not None:
+        op_values["provider_payment_id"] = change.provider_payment_id
+    if change.provider_auth_code is not None:
+        op_values["provider_auth_code"] = change.provider_auth_code
+    conn.execute(
+        update(operations)
+        .where(operations.c.id.in_([op.id for op in latest.values()]))
+        .values(**op_values)
+    )
+    if not change.notify_merchant:
+        return moved
+    fresh = {
+        int(op.id): op
+        for op in conn.execute(
+            select(operations).where(operations.c.id.in_([op.id for op in latest.values()]))
+        )
+    }
+    waiting_turn = set(
+        conn.execute(
+            select(callbacks.c.payment_pk)
+            .where(callbacks.c.payment_pk.in_(moved), callbacks.c.state == "pending")
+            .distinct()
+        ).scalars()
+    )
+    secrets_by_project: dict[int, str] = {}
+    queued: list[dict[str, Any]] = []
+    for payment in rows:
+        project_id = int(payment.project_id)
+        if project_id not in secrets_by_project:
+            secrets_by_project[project_id] = decrypt_secret(ctx, project_id, payment.secret_enc)
+        operation = fresh[int(latest[int(payment.id)].id)]
+        body = _signed_body(callback_facts(payment, operation), secrets_by_project[project_id])
+        url = json.loads(payment.params).get("merchant_callback_url") or payment.callback_url
+        queued.append(
+            {
+                "payment_pk": payment.id,
+                "project_id": project_id,
+                "operation_id": operation.id,
+                "url": url or "",
+                "body": body,
+                "state": "pending" if url else "failed",
+                "attempts": 0,
+                "next_attempt_at": None if payment.id in waiting_turn or not url else now,
+                "created_at": now,
+                "last_error": None if url else "no callback URL configured",
+            }
+        )
+    conn.execute(insert(callbacks), queued)
+    ctx.db.notify(conn, "callbacks")
+    return moved
+
+
 def _credit(ctx: AppContext, conn: Connection, project_id: int, currency: str, amount: int) -> None:
     updated = conn.execute(
         update(balances)
@@ -184,6 +295,17 @@ def callback_body_for(
     payment = load_payment(conn, payment_pk)
     operation = _operation(conn, payment_pk)
     assert payment is not None
+    secret = project_secret(ctx, conn, int(payment.project_id))
+    assert secret is not None
+    return _signed_body(callback_facts(payment, operation, clarification_fields), secret)
+
+
+def callback_facts(
+    payment: Row[Any],
+    operation: Row[Any] | None,
+    clarification_fields: dict[str, Any] | None = None,
+) -> CallbackFacts:
+    """The callback facts of a payment row and its latest operation row."""
     if clarification_fields is None and payment.clarification_fields:
         clarification_fields = json.loads(payment.clarification_fields)
     if operation is None:
@@ -232,9 +354,11 @@ def callback_body_for(
         expiry_year=payment.expiry_year,
         clarification_fields=clarification_fields,
     )
+    return facts
+
+
+def _signed_body(facts: CallbackFacts, secret: str) -> str:
     body = build_callback_body(facts)
-    secret = project_secret(ctx, conn, int(payment.project_id))
-    assert secret is not None
     body["signature"] = sign(body, secret)
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
