@@ -28,9 +28,7 @@ def _merchant_of(ctx: AppContext, project_id: int) -> int:
 
 
 def _user(ctx: AppContext, merchant_id: int, email: str = "ann@example.com") -> int:
-    return create_user(
-        ctx, merchant_id=merchant_id, email=email, name="Ann", role="Finance", password="x" * 12
-    )
+    return create_user(ctx, merchant_id=merchant_id, email=email, name="Ann", role="Finance")
 
 
 def _payment(
