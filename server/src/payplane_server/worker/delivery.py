@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import ssl
 import time
@@ -108,11 +109,16 @@ class _OriginTransport(httpx.AsyncBaseTransport):
             await pool.aclose()
 
 
+@functools.cache
+def _trust() -> ssl.SSLContext:
+    # Loading the CA bundle takes tens of milliseconds: once per process is enough.
+    return ssl.create_default_context(cafile=certifi.where())
+
+
 def make_client(timeout: float, per_origin: int) -> httpx.AsyncClient:
     """The worker's one shared client: pooled, never following redirects."""
-    verify = ssl.create_default_context(cafile=certifi.where())
     return httpx.AsyncClient(
-        transport=_OriginTransport(per_origin, verify),
+        transport=_OriginTransport(per_origin, _trust()),
         timeout=httpx.Timeout(timeout),
         follow_redirects=False,
         headers={"User-Agent": USER_AGENT},
