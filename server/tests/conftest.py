@@ -86,3 +86,31 @@ def chromium_path() -> str:
     require(path is not None, "Chromium (Debian package chromium)")
     assert path is not None
     return path
+
+
+# Every body a CallbackReceiver gets in this session is appended to this file (see
+# ``testing/receiver.py``); ``test_callback_shapes`` verifies them all, last.
+CALLBACK_LOG_ENV = "PAYPLANE_CALLBACK_LOG"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def callback_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    path = tmp_path_factory.mktemp("callback-log") / "received.b64"
+    path.touch()
+    previous = os.environ.get(CALLBACK_LOG_ENV)
+    os.environ[CALLBACK_LOG_ENV] = str(path)
+    yield path
+    if previous is None:
+        os.environ.pop(CALLBACK_LOG_ENV, None)
+    else:
+        os.environ[CALLBACK_LOG_ENV] = previous
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "last: runs after every other test of the session")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    last = [item for item in items if item.get_closest_marker("last")]
+    if last:
+        items[:] = [item for item in items if not item.get_closest_marker("last")] + last

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +30,18 @@ class Received:
 Behaviour = Callable[[int, Received], tuple[int, float, bytes]]
 
 
+_LOG_LOCK = threading.Lock()
+
+
+def _record(body: bytes) -> None:
+    """Append ``body`` to the file named by ``PAYPLANE_CALLBACK_LOG`` (a test session's record
+    of every callback received, verified at its end), when that is set."""
+    path = os.environ.get("PAYPLANE_CALLBACK_LOG")
+    if path:
+        with _LOG_LOCK, open(path, "ab") as log:
+            log.write(base64.b64encode(body) + b"\n")
+
+
 def _always_ok(n: int, request: Received) -> tuple[int, float, bytes]:
     return 200, 0.0, b"ok"
 
@@ -47,6 +61,7 @@ class CallbackReceiver:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
+                _record(body)
                 request = Received(self.path, dict(self.headers.items()), body, time.monotonic())
                 with receiver._cond:
                     receiver.requests.append(request)
