@@ -19,7 +19,14 @@ from starlette.testclient import TestClient
 
 from payplane_server.clock import FakeClock
 from payplane_server.context import AppContext
-from payplane_server.db.tables import api_tokens, callbacks, payments, user_projects, users
+from payplane_server.db.tables import (
+    api_tokens,
+    callbacks,
+    dashboard_sessions,
+    payments,
+    user_projects,
+    users,
+)
 from payplane_server.domain.payments import Code, Status
 from payplane_server.services import accounts, sessions, tokens
 from payplane_server.services.processing import Change, start_operation, transition
@@ -343,6 +350,47 @@ def test_every_page_is_private_and_under_the_strict_policy(ctx: AppContext, team
         policy = response.headers["content-security-policy"]
         assert "script-src 'self'" in policy and "unsafe-inline" not in policy
         assert "<script>" not in response.text and " style=" not in response.text
+
+
+FORM = re.compile(r'<form[^>]*method="post"[^>]*action="([^"]+)"[^>]*>(.*?)</form>', re.S)
+
+
+def test_every_form_on_every_page_carries_the_sessions_csrf_token(
+    ctx: AppContext, team: Team
+) -> None:
+    tokens.new_token(ctx, team.admin)
+    visit = _visit(ctx, "ann@shop.example")
+    with ctx.db.read() as conn:
+        expected = conn.execute(select(dashboard_sessions.c.csrf_token)).scalar_one()
+    seen: set[str] = set()
+    for path in (
+        "/dashboard/payments",
+        f"/dashboard/payments/{team.payment}",
+        "/dashboard/balances",
+        "/dashboard/profile",
+        "/dashboard/profile/token/delete",
+        "/dashboard/team",
+        f"/dashboard/team/{team.finance}",
+        f"/dashboard/team/{team.finance}/delete",
+    ):
+        forms = FORM.findall(visit.get(path).text)
+        assert forms, path
+        for action, body in forms:
+            assert f'name="csrf_token" value="{expected}"' in body, (path, action)
+            seen.add(action.split("/callbacks/")[0] if "/callbacks/" in action else action)
+    confirm = visit.post(f"/dashboard/team/{team.finance}", {"can_manage_tokens": "on"})
+    for action, body in FORM.findall(confirm.text):
+        assert f'name="csrf_token" value="{expected}"' in body, action
+    assert {
+        "/dashboard/sign-out",
+        "/dashboard/profile/token",
+        "/dashboard/profile/token/delete",
+        "/dashboard/profile/password",
+        "/dashboard/team",
+        f"/dashboard/team/{team.finance}",
+        f"/dashboard/team/{team.finance}/delete",
+        f"/dashboard/payments/{team.payment}",
+    } <= seen
 
 
 # ----------------------------------------------------------------------------- API tokens

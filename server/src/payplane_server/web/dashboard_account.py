@@ -38,8 +38,8 @@ _MAX_USER_ID = 2**31 - 1
 
 NOTICES = {
     "token-deleted": "The token was deleted. It no longer works with the Data API.",
-    "token-stale": "The token had already changed, so no new token was generated. "
-    "If you lost a secret key, generate a new token.",
+    "token-stale": "The form was sent again (a page refresh), so no new token was generated. "
+    "A secret key is shown only once; if it was lost, generate a new token.",
     "no-token": "There is no valid token to delete.",
     "password-changed": "Your password was changed. Other sign-ins were ended.",
     "saved": "The permissions were saved.",
@@ -89,13 +89,14 @@ def profile(request: Request, visitor: Visitor, form: FormData | None) -> Respon
 
 def new_token(request: Request, visitor: Visitor, form: FormData | None) -> Response:
     ctx = context_of(request)
-    if not visitor.user.can_manage_tokens:
-        raise Forbidden("You do not have the Manage API tokens permission.")
     with ctx.db.read() as conn:
         current = tokens.current_token(conn, visitor.user.id)
+    # First, so that refreshing the page that showed a secret always lands on the profile.
     shown = field(form, "current_token", 20)
     if shown != str(current.id if current else 0):
         return see_other("/dashboard/profile?notice=token-stale")
+    if not visitor.user.can_manage_tokens:
+        raise Forbidden("You do not have the Manage API tokens permission.")
     issued = tokens.new_token(ctx, visitor.user.id)
     return _profile(request, visitor, issued=issued)
 
