@@ -13,10 +13,10 @@ import ssl
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import pytest
 import trustme
@@ -34,6 +34,12 @@ def require(available: bool, what: str) -> None:
     if IN_CI:
         pytest.fail(f"{what} is required under CI=true but is not available")
     pytest.skip(f"{what} is not available")
+
+
+@pytest.fixture(scope="session")
+def shared() -> Path:
+    """The shared folder beside the repository (protocol, vectors)."""
+    return SHARED
 
 
 @pytest.fixture(scope="session")
@@ -60,13 +66,9 @@ class Request:
         return json.loads(self.body)
 
 
-@dataclass
-class Answer:
-    status: int = 200
-    body: bytes | str | dict[str, Any] | list[Any] = b""
-    headers: dict[str, str] = field(default_factory=dict)
-
-
+Body = Union[bytes, str, dict[str, Any], list[Any]]
+#: A route answers ``(status, body)`` or ``(status, body, headers)``; dicts are sent as JSON.
+Answer = Union[tuple[int, Body], tuple[int, Body, dict[str, str]]]
 Route = Callable[[Request], Answer]
 
 
@@ -93,13 +95,14 @@ class LocalServer:
                 )
                 server.requests.append(request)
                 answer = server.route(request)
-                payload = answer.body
+                status, payload = answer[0], answer[1]
+                extra = answer[2] if len(answer) > 2 else {}  # type: ignore[misc]
                 if isinstance(payload, (dict, list)):
                     payload = json.dumps(payload).encode()
                 elif isinstance(payload, str):
                     payload = payload.encode()
-                self.send_response(answer.status)
-                headers = {"Content-Type": "application/json", **answer.headers}
+                self.send_response(status)
+                headers = {"Content-Type": "application/json", **extra}
                 for name, value in headers.items():
                     self.send_header(name, value)
                 self.send_header("Content-Length", str(len(payload)))
