@@ -25,7 +25,7 @@ from payplane_server.services.processing import Change, callback_body_for, trans
 from payplane_server.services.projects import create_project
 from payplane_server.testing.clarification import callback_bodies, waiting_payment
 from payplane_server.worker import LOOPS
-from payplane_server.worker.timers import TimerLoop, loop
+from payplane_server.worker.timers import BACKLOG_PAUSE, MAX_SLEEP, TimerLoop, loop
 
 PROJECT, OTHER = 402, 403
 
@@ -248,7 +248,7 @@ def test_an_idle_scheduler_pass_is_one_query_on_the_deadline_index(
 
 
 @pytest.mark.usefixtures("project")
-def test_a_due_pass_asks_for_no_sleep_until_the_backlog_is_gone(
+def test_a_backlog_is_worked_off_batch_after_batch_with_only_a_short_pause(
     ctx: AppContext, clock: FakeClock
 ) -> None:
     with ctx.db.write() as conn:
@@ -256,10 +256,10 @@ def test_a_due_pass_asks_for_no_sleep_until_the_backlog_is_gone(
             waiting_payment(ctx, project_id=PROJECT, payment_id=f"p-{n}", conn=conn)
     clock.advance(minutes=30)
     timer = TimerLoop(ctx, batch=5)
-    assert timer.pass_once() == (5, 0.0)
-    assert timer.pass_once() == (5, 0.0)
-    assert timer.pass_once() == (2, 0.0)
-    assert timer.pass_once() == (0, 0.5)
+    assert timer.pass_once() == (5, BACKLOG_PAUSE)
+    assert timer.pass_once() == (5, BACKLOG_PAUSE)
+    assert timer.pass_once() == (2, BACKLOG_PAUSE)
+    assert timer.pass_once() == (0, MAX_SLEEP)
 
 
 def test_timer_declines_queue_the_same_callbacks_as_a_single_transition(

@@ -12,6 +12,7 @@ import json
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 from payplane import sign
@@ -232,12 +233,6 @@ def transition_many(
     )
     if not change.notify_merchant:
         return moved
-    fresh = {
-        int(op.id): op
-        for op in conn.execute(
-            select(operations).where(operations.c.id.in_([op.id for op in latest.values()]))
-        )
-    }
     waiting_turn = set(
         conn.execute(
             select(callbacks.c.payment_pk)
@@ -251,7 +246,8 @@ def transition_many(
         project_id = int(payment.project_id)
         if project_id not in secrets_by_project:
             secrets_by_project[project_id] = decrypt_secret(ctx, project_id, payment.secret_enc)
-        operation = fresh[int(latest[int(payment.id)].id)]
+        # The operation as just updated (no need to read it back).
+        operation = SimpleNamespace(**{**latest[int(payment.id)]._mapping, **op_values})
         body = _signed_body(callback_facts(payment, operation), secrets_by_project[project_id])
         url = json.loads(payment.params).get("merchant_callback_url") or payment.callback_url
         queued.append(
@@ -302,10 +298,11 @@ def callback_body_for(
 
 def callback_facts(
     payment: Row[Any],
-    operation: Row[Any] | None,
+    operation: Any,
     clarification_fields: dict[str, Any] | None = None,
 ) -> CallbackFacts:
-    """The callback facts of a payment row and its latest operation row."""
+    """The callback facts of a payment row and its latest operation (a row of ``operations``,
+    or any object with its columns as attributes; None before the first operation)."""
     if clarification_fields is None and payment.clarification_fields:
         clarification_fields = json.loads(payment.clarification_fields)
     if operation is None:

@@ -24,8 +24,10 @@ __all__ = ["MAX_SLEEP", "TimerLoop", "loop"]
 log = logging.getLogger("payplane.timers")
 
 MAX_SLEEP = 0.5
-# How many payments one transaction declines; a full batch is followed at once by the next.
-BATCH = 500
+# How many payments one transaction declines. A backlog is worked off batch after batch, with a
+# short pause between them so that other writers (SQLite has one write lock) get their turn.
+BATCH = 1000
+BACKLOG_PAUSE = 0.005
 # Due rows that another worker holds: look again shortly rather than spin.
 BUSY_SLEEP = 0.05
 ERROR_SLEEP = 1.0
@@ -51,7 +53,7 @@ class TimerLoop:
         if earliest > now:
             return 0, min(MAX_SLEEP, (earliest - now).total_seconds())
         fired = fire_due(self.ctx, limit=self.batch)
-        return fired, 0.0 if fired else BUSY_SLEEP
+        return fired, BACKLOG_PAUSE if fired else BUSY_SLEEP
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
