@@ -14,8 +14,8 @@ from datetime import date
 __all__ = ["Card", "CardProblem", "card_type", "check_card", "luhn_valid"]
 
 _SEPARATORS = re.compile(r"[\s-]+")
-_EXPIRY = re.compile(r"^\s*(\d{1,2})\s*/\s*(\d{2}|\d{4})\s*$")
-_CVV = re.compile(r"^\d{3,4}$")
+_EXPIRY = re.compile(r"^\s*([0-9]{1,2})\s*/\s*([0-9]{2}|[0-9]{4})\s*$")
+_CVV = re.compile(r"^[0-9]{3,4}$")
 _HOLDER_PUNCTUATION = frozenset(" .'-")
 
 

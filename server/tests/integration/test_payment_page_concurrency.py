@@ -1,0 +1,80 @@
+"""Twenty customers opening one signed URL at the same moment make exactly one payment (the
+database's unique key decides), on SQLite and PostgreSQL, through a real server."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+from sqlalchemy import func, select
+
+from payplane_server.context import AppContext
+from payplane_server.db.tables import operations, payments
+from payplane_server.services.projects import create_project
+from payplane_server.testing import LiveServer
+from payplane_server.testing.customer import Customer, csrf_of, signed_url
+from payplane_server.web import create_app
+
+SECRET = "shop-secret-key"
+OPENERS = 20
+
+
+def test_twenty_concurrent_openings_of_one_url_make_one_payment(ctx: AppContext) -> None:
+    create_project(ctx, project_id=402, name="Shop", callback_url=None, secret=SECRET)
+    params = {
+        "project_id": 402,
+        "payment_id": "race-1",
+        "payment_amount": 1999,
+        "payment_currency": "USD",
+        "customer_id": "c-1",
+    }
+    url = signed_url(params, SECRET)
+    start = threading.Barrier(OPENERS)
+
+    def open_once(server_url: str) -> tuple[int, str | None]:
+        with httpx.Client(base_url=server_url, timeout=60) as client:
+            start.wait()
+            response, token = Customer(client).open(url)
+            return response.status_code, token
+
+    with LiveServer(create_app(ctx)) as server, ThreadPoolExecutor(OPENERS) as pool:
+        results = list(pool.map(lambda _: open_once(server.url), range(OPENERS)))
+
+    assert [status for status, _ in results] == [200] * OPENERS
+    assert len({token for _, token in results}) == 1
+    with ctx.db.read() as conn:
+        assert conn.execute(select(func.count()).select_from(payments)).scalar_one() == 1
+        assert conn.execute(select(func.count()).select_from(operations)).scalar_one() == 0
+
+
+def test_concurrent_submits_of_one_payment_make_one_operation(ctx: AppContext) -> None:
+    create_project(ctx, project_id=402, name="Shop", callback_url=None, secret=SECRET)
+    params = {
+        "project_id": 402,
+        "payment_id": "race-2",
+        "payment_amount": 500,
+        "payment_currency": "EUR",
+        "customer_id": "c-1",
+    }
+    with LiveServer(create_app(ctx)) as server:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            _, token = Customer(client).open(signed_url(params, SECRET))
+        assert token is not None
+        start = threading.Barrier(8)
+
+        def submit(pan: str) -> str:
+            with httpx.Client(base_url=server.url, timeout=60) as client:
+                form = client.get(f"/pay/{token}/card").text
+                csrf = csrf_of(form)
+                start.wait()
+                return Customer(client).pay(token, pan, csrf=csrf).headers["location"]
+
+        cards = ["4000000000000077", "4111111111111111"] * 4
+        with ThreadPoolExecutor(8) as pool:
+            locations = set(pool.map(submit, cards))
+    assert locations == {f"/pay/{token}/result"}
+    with ctx.db.read() as conn:
+        assert conn.execute(select(func.count()).select_from(operations)).scalar_one() == 1
+        status = conn.execute(select(payments.c.status)).scalar_one()
+    assert status in ("success", "decline")
