@@ -1,12 +1,14 @@
 """Read models of the Data API: balances and operations, with pages that stay cheap.
 
 ``find_operations`` returns a page ordered by (created_at, id). A page costs the same whatever
-the table size: for up to ``UNION_MAX_PROJECTS`` projects, each project's part is an index range
-scan of ``ix_operations_project_created`` cut at ``offset + limit`` rows, and the parts are
-merged (``UNION ALL`` then a sort of at most projects × (offset + limit) rows); more projects
-walk ``ix_operations_created`` in order. The ``total`` is a COUNT over the same index ranges:
-its cost grows with the number of operations inside the interval (not with the table), which
-is why intervals are capped (``MAX_INTERVAL``) and ``total`` can be skipped.
+the table size: each project's part is an ordered range scan of
+``ix_operations_project_created`` (on SQLite the index carries the rowid, i.e. ``id``), and for
+several projects (up to ``UNION_MAX_PROJECTS``) the parts are combined with ``UNION ALL`` under
+one ``ORDER BY .. LIMIT .. OFFSET`` that the engines answer by merging the ordered scans and
+stopping after ``offset + limit`` rows; more projects walk ``ix_operations_created`` in order.
+The ``total`` is a COUNT over the same index ranges: its cost grows with the number of
+operations inside the interval (not with the table), which is why intervals are capped
+(``MAX_INTERVAL``); the last page (fewer rows than ``limit``) needs no COUNT at all.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Select, and_, func, select, union_all
+from sqlalchemy import CompoundSelect, Connection, Select, and_, func, select, union_all
 
 from ..db.tables import balances, operations, payments, projects
 
@@ -57,7 +59,7 @@ class OperationQuery:
     with_total: bool = True
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class OperationRow:
     project_id: int
     operation_id: int
@@ -100,35 +102,32 @@ def _filters(query: OperationQuery) -> list[Any]:
     return conditions
 
 
-def _page_keys(query: OperationQuery) -> Select[Any]:
-    """(id, created_at) of the page, using one ordered index range per project."""
+def _page_keys(query: OperationQuery) -> Select[Any] | CompoundSelect[Any]:
+    """(id, created_at) of the page, walking one ordered index range per project.
+
+    For several projects the ranges are combined with ``UNION ALL`` under one ``ORDER BY``:
+    SQLite merges the ordered index scans (``MERGE (UNION ALL)``) and PostgreSQL plans a
+    Merge Append, so both stop after ``offset + limit`` rows instead of sorting every match.
+    """
     conditions = _filters(query)
-    order = (operations.c.created_at, operations.c.id)
     if len(query.project_ids) == 1 or len(query.project_ids) > UNION_MAX_PROJECTS:
         return (
             select(operations.c.id, operations.c.created_at)
             .where(operations.c.project_id.in_(list(query.project_ids)), *conditions)
-            .order_by(*order)
+            .order_by(operations.c.created_at, operations.c.id)
             .limit(query.limit)
             .offset(query.offset)
         )
-    parts = []
-    for project_id in query.project_ids:
-        part = (
-            select(operations.c.id, operations.c.created_at)
-            .where(operations.c.project_id == project_id, *conditions)
-            .order_by(*order)
-            .limit(query.offset + query.limit)
-            .subquery()
+    merged = union_all(
+        *(
+            select(operations.c.id, operations.c.created_at).where(
+                operations.c.project_id == project_id, *conditions
+            )
+            for project_id in query.project_ids
         )
-        parts.append(select(part.c.id, part.c.created_at))
-    merged = union_all(*parts).subquery("parts")
-    return (
-        select(merged.c.id, merged.c.created_at)
-        .order_by(merged.c.created_at, merged.c.id)
-        .limit(query.limit)
-        .offset(query.offset)
     )
+    columns = merged.selected_columns
+    return merged.order_by(columns.created_at, columns.id).limit(query.limit).offset(query.offset)
 
 
 _ROW_COLUMNS = (
@@ -153,22 +152,42 @@ _ROW_COLUMNS = (
 
 
 def _row(row: Any) -> OperationRow:
+    # Positional unpacking: named access on result rows costs several times more per field.
+    (
+        project_id,
+        operation_id,
+        payment_id,
+        operation_type,
+        status,
+        method,
+        account_number,
+        customer_id,
+        description,
+        created_at,
+        completed_at,
+        initial_amount,
+        initial_currency,
+        converted_amount,
+        converted_currency,
+        code,
+        message,
+    ) = row
     return OperationRow(
-        project_id=int(row.project_id),
-        operation_id=int(row.id),
-        payment_id=row.payment_id,
-        operation_type=row.type,
-        operation_status=row.status,
-        payment_method=row.method or "card",
-        account_number=row.account_number,
-        customer_id=row.customer_id,
-        description=row.description,
-        created_at=row.created_at,
-        completed_at=row.completed_at,
-        sum_initial=(int(row.sum_initial_amount), row.sum_initial_currency),
-        sum_converted=(int(row.sum_converted_amount), row.sum_converted_currency),
-        code=row.code,
-        message=row.message,
+        project_id,
+        operation_id,
+        payment_id,
+        operation_type,
+        status,
+        method or "card",
+        account_number,
+        customer_id,
+        description,
+        created_at,
+        completed_at,
+        (initial_amount, initial_currency),
+        (converted_amount, converted_currency),
+        code,
+        message,
     )
 
 

@@ -64,6 +64,7 @@ OPERATION_FIELDS = (
     "code",
     "message",
 )
+_UTC_ZONE = ZoneInfo("UTC")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}", re.ASCII)
 _DIGITS = re.compile(r"\d{1,18}", re.ASCII)
 
@@ -152,8 +153,8 @@ def _zones() -> frozenset[str]:
 
 def _time_zone(params: Mapping[str, Any]) -> ZoneInfo:
     name = params.get("time_zone")
-    if name is None:
-        return ZoneInfo("UTC")
+    if name is None or name == "UTC":
+        return _UTC_ZONE
     if not isinstance(name, str) or name not in _zones():
         raise _bad("time_zone must be an IANA time zone name such as Europe/Berlin or UTC.")
     return ZoneInfo(name)
@@ -261,7 +262,9 @@ def format_date(value: datetime | None, zone: ZoneInfo) -> str | None:
     """``YYYY-MM-DD hh:mm:ss`` in ``zone``."""
     if value is None:
         return None
-    return value.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S")
+    if zone is not _UTC_ZONE:
+        value = value.astimezone(zone)
+    return value.replace(tzinfo=None).isoformat(" ", "seconds")
 
 
 def render_operation(row: OperationRow, zone: ZoneInfo, fields: tuple[str, ...]) -> dict[str, Any]:
@@ -283,4 +286,6 @@ def render_operation(row: OperationRow, zone: ZoneInfo, fields: tuple[str, ...])
         "code": row.code,
         "message": row.message,
     }
+    if fields is OPERATION_FIELDS:
+        return values
     return {name: values[name] for name in fields}
