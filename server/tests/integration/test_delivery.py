@@ -145,7 +145,7 @@ def test_a_refused_connection_is_an_error_attempt_retried_in_ten_seconds(
     assert row.next_attempt_at == clock.now() + timedelta(seconds=10)
     [attempt] = attempts_of(ctx, row.id)
     assert attempt.http_status is None
-    assert "ConnectError" in attempt.error
+    assert "Cannot connect" in attempt.error
     assert row.last_error == attempt.error
 
 

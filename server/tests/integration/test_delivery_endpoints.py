@@ -181,20 +181,20 @@ def test_an_untrusted_tls_certificate_is_an_error_attempt_retried_by_schedule(
     assert (row.state, row.attempts) == ("pending", 1)
     assert row.next_attempt_at is not None
     error = attempt_of(ctx, row.id).error
-    assert "ConnectError" in error
+    assert "Cannot connect" in error
     assert "CERTIFICATE_VERIFY_FAILED" in error
     assert seen == []
 
 
 def test_a_hanging_merchant_never_holds_up_other_merchants(ctx: AppContext) -> None:
     settings = ctx.settings.replace(
-        callback_timeout_seconds=3.0, callback_concurrency=8, callback_per_host_concurrency=2
+        callback_timeout_seconds=30.0, callback_concurrency=8, callback_per_host_concurrency=2
     )
     busy = dataclasses.replace(ctx, settings=settings)
     release = threading.Event()
 
     def hang(n: int, request: Any) -> tuple[int, float, bytes]:
-        release.wait(5)
+        release.wait(30)
         return 200, 0.0, b"late"
 
     with CallbackReceiver(hang) as stuck, CallbackReceiver() as healthy:
@@ -213,7 +213,13 @@ def test_a_hanging_merchant_never_holds_up_other_merchants(ctx: AppContext) -> N
                         queued_payment, busy, project_id=PROJECT + 1, payment_id=f"ok-{n}"
                     )
                 await asyncio.to_thread(healthy.wait_for, 20, 10)
-                return len(stuck.requests), len(healthy.requests)
+                stuck_seen = len(stuck.requests)
+                for _ in range(200):  # their answers are being recorded
+                    rows = await asyncio.to_thread(callback_rows, busy)
+                    if sum(r.state == "delivered" for r in rows) >= 20:
+                        break
+                    await asyncio.sleep(0.05)
+                return stuck_seen, len(healthy.requests)
             finally:
                 release.set()
                 await worker.stop(grace=0.1)
