@@ -319,13 +319,13 @@ def only_library_errors(body: Any) -> None:
     # anything else propagates and fails the test
 
 
-@settings(max_examples=200)
+@settings(deadline=None, max_examples=200)
 @given(st.one_of(st.text(max_size=200), st.binary(max_size=200)))
 def test_arbitrary_text_and_bytes_raise_only_library_errors(body: Any) -> None:
     only_library_errors(body)
 
 
-@settings(max_examples=200)
+@settings(deadline=None, max_examples=200)
 @given(json_values, json_signatures)
 def test_arbitrary_json_raises_only_library_errors(value: Any, signature: Any) -> None:
     if isinstance(value, dict):
@@ -335,7 +335,7 @@ def test_arbitrary_json_raises_only_library_errors(value: Any, signature: Any) -
     only_library_errors(text.encode("utf-16"))
 
 
-@settings(max_examples=200)
+@settings(deadline=None, max_examples=200)
 @given(st.dictionaries(python_keys, python_values, max_size=5), signatures)
 def test_arbitrary_python_dicts_raise_only_library_errors(
     value: dict[Any, Any], signature: Any
@@ -345,7 +345,7 @@ def test_arbitrary_python_dicts_raise_only_library_errors(
     only_library_errors(body)
 
 
-@settings(max_examples=100)
+@settings(deadline=None, max_examples=100)
 @given(json_values)
 def test_genuine_callbacks_with_arbitrary_extra_content_are_accepted(extra: Any) -> None:
     payload = callback_payload(extra=extra)

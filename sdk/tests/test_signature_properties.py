@@ -20,6 +20,7 @@ import payplane
 from payplane import InvalidParameter, sign, signing_string, verify
 
 SECRET = "s3cr3t-ключ"
+PROPERTY_EXAMPLES = 200
 
 # --- independent reference signers ------------------------------------------------------------
 
@@ -59,19 +60,34 @@ def ref_natural_key(text: str) -> list[Any]:
     return [int(run) if run.isdigit() else run for run in re.split(r"(\d+)", text)]
 
 
-def ref_per_level(value: Any, prefix: str = "", numeric: bool = True) -> list[Leaf]:
-    """The JS library: keys sorted at each level by UTF-16 code units, no ':' doubling."""
+def ref_js_enumeration(keys: list[str]) -> list[str]:
+    """JS objects enumerate integer-like keys first (ascending), then the rest as inserted."""
+
+    def is_index(key: str) -> bool:
+        return key.isascii() and key.isdigit() and str(int(key)) == key and int(key) < 2**32 - 1
+
+    return sorted(filter(is_index, keys), key=int) + [k for k in keys if not is_index(k)]
+
+
+def ref_per_level(value: Any, prefix: str = "", js_objects: bool = True) -> list[Leaf]:
+    """The JS library: keys sorted at each level by UTF-16 code units, no ':' doubling.
+
+    It copies the sorted keys into a new object and walks that, so integer-like keys (array
+    indices too) come first in numeric order (``js_objects``); without that quirk, indices
+    sort as text.
+    """
     out: list[Leaf] = []
-    if isinstance(value, dict):
-        keys = [k for k in value if k not in ("signature", "frame_mode")]
-        for key in sorted(keys, key=lambda k: k.encode("utf-16-be")):
-            out += ref_per_level(value[key], f"{prefix}:{key}" if prefix else key, numeric)
-    elif isinstance(value, list):
-        order = range(len(value)) if numeric else sorted(range(len(value)), key=str)
-        for index in order:
-            out += ref_per_level(
-                value[index], f"{prefix}:{index}" if prefix else str(index), numeric
-            )
+    if isinstance(value, (dict, list)):
+        if isinstance(value, dict):
+            keys = [k for k in value if k not in ("signature", "frame_mode")]
+        else:
+            keys = [str(i) for i in range(len(value))]
+        keys.sort(key=lambda k: k.encode("utf-16-be"))
+        if js_objects:
+            keys = ref_js_enumeration(keys)
+        for key in keys:
+            child = value[key] if isinstance(value, dict) else value[int(key)]
+            out += ref_per_level(child, f"{prefix}:{key}" if prefix else key, js_objects)
     else:
         out.append((prefix, ref_text(value)))
     return out
@@ -103,7 +119,7 @@ def ref_variants(payload: dict[str, Any]) -> dict[str, str]:
             sorted(items, key=lambda item: f"{item[0]}:{item[1]}")
         )
     variants["js-per-level"] = ref_join(ref_per_level(payload))
-    variants["js-per-level-string-indices"] = ref_join(ref_per_level(payload, numeric=False))
+    variants["js-per-level-text-order"] = ref_join(ref_per_level(payload, js_objects=False))
     return variants
 
 
@@ -164,15 +180,13 @@ def replaced(value: Any, path: tuple[Any, ...], new: Any) -> Any:
 # --- properties -------------------------------------------------------------------------------
 
 
-@settings(max_examples=300)
-@given(payloads, st.randoms(use_true_random=False))
-def test_insertion_order_never_changes_a_signature(
-    payload: dict[str, Any], rng: random.Random
-) -> None:
-    assert sign(shuffled(payload, rng), SECRET) == sign(payload, SECRET)
+@settings(deadline=None, max_examples=PROPERTY_EXAMPLES)
+@given(payloads, st.integers(0, 2**32))
+def test_insertion_order_never_changes_a_signature(payload: dict[str, Any], seed: int) -> None:
+    assert sign(shuffled(payload, random.Random(seed)), SECRET) == sign(payload, SECRET)
 
 
-@settings(max_examples=300)
+@settings(deadline=None, max_examples=PROPERTY_EXAMPLES)
 @given(payloads)
 def test_the_library_signs_what_the_reference_canonical_signer_signs(
     payload: dict[str, Any],
@@ -182,7 +196,7 @@ def test_the_library_signs_what_the_reference_canonical_signer_signs(
     assert sign(payload, SECRET) == ref_sign_string(ref_canonical(payload))
 
 
-@settings(max_examples=300)
+@settings(deadline=None, max_examples=PROPERTY_EXAMPLES)
 @given(payloads, st.data())
 def test_changing_any_value_changes_the_signature(payload: dict[str, Any], data: Any) -> None:
     paths = leaf_paths(payload)
@@ -195,7 +209,7 @@ def test_changing_any_value_changes_the_signature(payload: dict[str, Any], data:
     assert sign(replaced(payload, path, new), SECRET) != sign(payload, SECRET)
 
 
-@settings(max_examples=300)
+@settings(deadline=None, max_examples=PROPERTY_EXAMPLES)
 @given(payloads, st.data())
 def test_changing_any_key_changes_the_signature(payload: dict[str, Any], data: Any) -> None:
     # Rename a top-level member that contributes at least one item to another fresh name.
@@ -207,14 +221,14 @@ def test_changing_any_key_changes_the_signature(payload: dict[str, Any], data: A
     assert sign(renamed, SECRET) != sign(payload, SECRET)
 
 
-@settings(max_examples=300)
+@settings(deadline=None, max_examples=100)
 @given(payloads)
 def test_every_variant_of_section_1_1_verifies(payload: dict[str, Any]) -> None:
     for name, message in ref_variants(payload).items():
         assert verify(payload, ref_sign_string(message), SECRET), name
 
 
-@settings(max_examples=200)
+@settings(deadline=None, max_examples=200)
 @given(payloads)
 def test_no_variant_verifies_under_another_secret(payload: dict[str, Any]) -> None:
     for message in ref_variants(payload).values():
@@ -228,7 +242,7 @@ flat_typed = st.dictionaries(
 )
 
 
-@settings(max_examples=200)
+@settings(deadline=None, max_examples=200)
 @given(flat_typed, st.sampled_from(["go-js", "python-dotnet", "php"]))
 def test_url_query_text_of_booleans_and_nulls_verifies(payload: dict[str, Any], style: str) -> None:
     # The libraries sign typed values (booleans 1/0, null empty) but write text into URLs.
@@ -269,7 +283,7 @@ def test_verify_refuses_a_signature_that_is_not_base64_of_64_bytes() -> None:
     assert not payplane.is_base64_signature(base64.b64encode(b"x" * 63).decode())
 
 
-@settings(max_examples=200)
+@settings(deadline=None, max_examples=200)
 @given(st.binary(max_size=300), st.binary(max_size=200))
 def test_the_prepared_hmac_key_equals_the_standard_library_hmac(key: bytes, message: bytes) -> None:
     from payplane._signature import SigningKey

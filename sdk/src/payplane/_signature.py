@@ -38,7 +38,8 @@ __all__ = [
 MAX_DEPTH = 32
 
 _EXCLUDED = frozenset({"signature", "frame_mode"})
-_QUERY_TEXT = {"true": "1", "True": "1", "false": "0", "False": "0", "None": "", "null": ""}
+_QUERY_BOOLEANS = {"true": "1", "True": "1", "false": "0", "False": "0"}
+_QUERY_TEXT = {**_QUERY_BOOLEANS, "None": "", "null": ""}
 _DIGITS = re.compile(r"(\d+)")
 _BLOCK = 128  # SHA-512 block size in bytes
 _IPAD = bytes(byte ^ 0x36 for byte in range(256))
@@ -286,16 +287,41 @@ def _utf16(key: str) -> bytes:
     return key.encode("utf-16-be", "surrogatepass")
 
 
-def _per_level(value: Any, prefix: str, out: list[Item], numeric_index: bool) -> None:
-    """The JS library's order: keys sorted level by level (UTF-16 code units), no doubling."""
+_ARRAY_INDEX = re.compile(r"0|[1-9][0-9]{0,9}")
+_MAX_ARRAY_INDEX = 2**32 - 2
+
+
+def _js_order(keys: list[str]) -> list[str]:
+    """The order in which a JS object built from sorted ``keys`` enumerates them.
+
+    The JS library sorts the keys (UTF-16 code units) and copies them into a new object, and
+    JS objects enumerate array-index keys (``"0"``, ``"17"``, below 2**32 - 1) first, in
+    numeric order, before the other keys in insertion order.
+    """
+    ordered = sorted(keys, key=_utf16)
+    indices = [k for k in ordered if _ARRAY_INDEX.fullmatch(k) and int(k) <= _MAX_ARRAY_INDEX]
+    if not indices:
+        return ordered
+    index_set = set(indices)
+    return sorted(indices, key=int) + [k for k in ordered if k not in index_set]
+
+
+def _per_level(value: Any, prefix: str, out: list[Item], js_objects: bool) -> None:
+    """The JS library's order: keys sorted level by level, no doubling.
+
+    With ``js_objects`` the order is what the library's objects really enumerate (array
+    indices numeric, also as object keys); without it, a plain sort of the key texts at every
+    level (arrays then sort their indices as text: ``10`` before ``2``).
+    """
     if isinstance(value, Mapping):
-        for key in sorted((k for k in value if k not in _EXCLUDED), key=_utf16):
-            _per_level(value[key], prefix + ":" + key if prefix else key, out, numeric_index)
+        keys = [k for k in value if k not in _EXCLUDED]
+        for key in _js_order(keys) if js_objects else sorted(keys, key=_utf16):
+            _per_level(value[key], prefix + ":" + key if prefix else key, out, js_objects)
     elif isinstance(value, (list, tuple)):
-        indices = range(len(value)) if numeric_index else sorted(range(len(value)), key=str)
+        indices = range(len(value)) if js_objects else sorted(range(len(value)), key=str)
         for index in indices:
             path = f"{prefix}:{index}" if prefix else str(index)
-            _per_level(value[index], path, out, numeric_index)
+            _per_level(value[index], path, out, js_objects)
     else:
         out.append((prefix, _text(value, prefix)))
 
@@ -314,37 +340,47 @@ def _variants(params: Mapping[str, Any]) -> Iterator[str]:
         items, _ = _items(params, double)
         for order in _ORDERS:
             yield _join(sorted(items, key=order))
-    for numeric in (True, False):
+    for js_objects in (True, False):
         level: list[Item] = []
-        _per_level(params, "", level, numeric)
+        _per_level(params, "", level, js_objects)
         yield _join(level)
 
 
-def _normalised(value: Any) -> tuple[Any, bool]:
+def _normalised(value: Any, table: Mapping[str, str]) -> tuple[Any, bool]:
     """Read URL-query text the way the libraries meant it: booleans and nulls as signed."""
     if isinstance(value, str):
-        if value in _QUERY_TEXT:
-            return _QUERY_TEXT[value], True
+        if value in table:
+            return table[value], True
         return value, False
     if isinstance(value, Mapping):
         changed = False
         result = {}
         for key, child in value.items():
-            result[key], child_changed = _normalised(child)
+            result[key], child_changed = _normalised(child, table)
             changed = changed or child_changed
         return result, changed
     if isinstance(value, (list, tuple)):
-        pairs = [_normalised(child) for child in value]
+        pairs = [_normalised(child, table) for child in value]
         return [child for child, _ in pairs], any(flag for _, flag in pairs)
     return value, False
 
 
 def _readings(params: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
-    """The parameters as given, then (only if it differs) their normalised query reading."""
+    """The parameters as given, then (only where they differ) their query readings.
+
+    The full reading takes ``true``/``True`` as 1, ``false``/``False`` as 0 and
+    ``None``/``null`` as empty. The booleans-only reading exists because the official Python
+    library writes a null into the URL as ``None`` and also signs it as ``None`` (it signs
+    ``str(value)``), so a URL of its with both a boolean and a null needs the booleans read
+    and the ``None`` kept.
+    """
     yield params
-    normalised, changed = _normalised(params)
+    full, changed = _normalised(params, _QUERY_TEXT)
     if changed:
-        yield normalised
+        yield full
+        booleans, changed = _normalised(params, _QUERY_BOOLEANS)
+        if changed and booleans != full:
+            yield booleans
 
 
 def verify(params: Mapping[str, Any], signature: object, secret: str) -> bool:
