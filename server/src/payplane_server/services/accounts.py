@@ -40,6 +40,7 @@ from ..domain.accounts import (
 
 __all__ = [
     "ROLES",
+    "USER_COLUMNS",
     "EmailTaken",
     "PermissionDenied",
     "Role",
@@ -56,6 +57,7 @@ __all__ = [
     "set_manage_tokens",
     "set_password",
     "user_by_email",
+    "user_from_row",
     "user_projects",
 ]
 
@@ -86,7 +88,8 @@ def normalize_email(email: str) -> str:
     return email.strip().casefold()
 
 
-def _user(row: Any) -> User:
+def user_from_row(row: Any) -> User:
+    """A ``User`` from a result row that has the ``USERUSER_COLUMNS``."""
     return User(
         id=int(row.id),
         merchant_id=int(row.merchant_id),
@@ -98,7 +101,7 @@ def _user(row: Any) -> User:
     )
 
 
-_COLUMNS = (
+USER_COLUMNS = (
     users.c.id,
     users.c.merchant_id,
     users.c.email,
@@ -176,7 +179,7 @@ def authenticate(ctx: AppContext, email: str, password: str) -> User | None:
     global _dummy_hash
     with ctx.db.read() as conn:
         row = conn.execute(
-            select(*_COLUMNS, users.c.password_hash).where(
+            select(*USER_COLUMNS, users.c.password_hash).where(
                 users.c.email == normalize_email(email), users.c.deleted_at.is_(None)
             )
         ).first()
@@ -197,7 +200,7 @@ def authenticate(ctx: AppContext, email: str, password: str) -> User | None:
                 .where(users.c.id == row.id)
                 .values(password_hash=_hasher.hash(password))
             )
-    return _user(row)
+    return user_from_row(row)
 
 
 def set_password(ctx: AppContext, user_id: int, password: str | None) -> None:
@@ -216,28 +219,28 @@ def set_password(ctx: AppContext, user_id: int, password: str | None) -> None:
 def get_user(conn: Connection, user_id: int) -> User | None:
     """The account, or None when it does not exist or was deleted."""
     row = conn.execute(
-        select(*_COLUMNS).where(users.c.id == user_id, users.c.deleted_at.is_(None))
+        select(*USER_COLUMNS).where(users.c.id == user_id, users.c.deleted_at.is_(None))
     ).first()
-    return _user(row) if row is not None else None
+    return user_from_row(row) if row is not None else None
 
 
 def user_by_email(conn: Connection, email: str) -> User | None:
     row = conn.execute(
-        select(*_COLUMNS).where(
+        select(*USER_COLUMNS).where(
             users.c.email == normalize_email(email), users.c.deleted_at.is_(None)
         )
     ).first()
-    return _user(row) if row is not None else None
+    return user_from_row(row) if row is not None else None
 
 
 def list_users(conn: Connection, merchant_id: int) -> list[User]:
     """The active accounts of a merchant, oldest first."""
     rows = conn.execute(
-        select(*_COLUMNS)
+        select(*USER_COLUMNS)
         .where(users.c.merchant_id == merchant_id, users.c.deleted_at.is_(None))
         .order_by(users.c.id)
     )
-    return [_user(row) for row in rows]
+    return [user_from_row(row) for row in rows]
 
 
 def delete_user(ctx: AppContext, actor_id: int | None, user_id: int) -> None:
@@ -324,13 +327,13 @@ def projects_of(conn: Connection, user: User) -> list[int]:
 
 def _lock_user(conn: Connection, user_id: int) -> User:
     row = conn.execute(
-        select(*_COLUMNS)
+        select(*USER_COLUMNS)
         .where(users.c.id == user_id, users.c.deleted_at.is_(None))
         .with_for_update()
     ).first()
     if row is None:
         raise LookupError(f"user {user_id} does not exist")
-    return _user(row)
+    return user_from_row(row)
 
 
 def _check_actor(conn: Connection, actor_id: int | None, merchant_id: int) -> None:

@@ -26,7 +26,7 @@ from ..domain.tokens import (
     grants_access,
     is_well_formed,
 )
-from .accounts import User, get_user
+from .accounts import USER_COLUMNS, User, get_user, user_from_row
 
 __all__ = [
     "IssuedToken",
@@ -135,17 +135,20 @@ def authenticate_token(ctx: AppContext, conn: Connection, token: str) -> tuple[U
     deactivated, malformed, or its account deleted)."""
     if not is_well_formed(token):
         return None
+    token_hash = hash_token(token)
     row = conn.execute(
-        select(api_tokens.c.user_id, api_tokens.c.state, api_tokens.c.secret_enc).where(
-            api_tokens.c.token_hash == hash_token(token)
-        )
+        select(api_tokens.c.state, api_tokens.c.secret_enc, users.c.deleted_at, *USER_COLUMNS)
+        .join(users, users.c.id == api_tokens.c.user_id)
+        .where(api_tokens.c.token_hash == token_hash)
     ).first()
     if row is None:
         return None
-    user = get_user(conn, int(row.user_id))
-    if not grants_access(TokenState(row.state), _holder(user)) or user is None:
+    deleted = row.deleted_at is not None
+    user = user_from_row(row)
+    holder = Holder(may_manage_tokens=user.can_manage_tokens, account_deleted=deleted)
+    if not grants_access(TokenState(row.state), holder):
         return None
-    return user, ctx.box.decrypt(row.secret_enc, _secret_context(hash_token(token)))
+    return user, ctx.box.decrypt(row.secret_enc, _secret_context(token_hash))
 
 
 def _lock(conn: Connection, user_id: int) -> User | None:
