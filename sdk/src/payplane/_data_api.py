@@ -148,6 +148,7 @@ class DataApi:
         self._key = SigningKey(secret)
         context = tls_context(ca_file) if self.base_url.startswith("https://") else None
         self._http = HttpClient(timeout=timeout, max_body_bytes=MAX_RESPONSE_BYTES, context=context)
+        self.timeout = timeout
         self.max_retries = max_retries
         self.max_retry_wait = max_retry_wait
         self._pacer = _pacer_for(token, clock, sleep, requests_per_window, window_seconds)
