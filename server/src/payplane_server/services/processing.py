@@ -12,11 +12,10 @@ import json
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 from payplane import sign
-from sqlalchemy import Connection, Row, insert, select, update
+from sqlalchemy import Connection, Row, func, insert, select, update
 
 from ..context import AppContext
 from ..db.tables import balances, callbacks, operations, payments, projects
@@ -185,36 +184,24 @@ def transition_many(
     if not payment_pks:
         return []
     now = ctx.clock.now()
-    moved = [
-        int(pk)
-        for pk in conn.execute(
-            update(payments)
-            .where(
-                payments.c.id.in_(list(payment_pks)),
-                payments.c.status.in_([s.value for s in expect]),
-            )
-            .values(
-                status=change.status.value,
-                updated_at=now,
-                clarification_fields=None,
-                clarification_deadline=None,
-            )
-            .returning(payments.c.id)
-        ).scalars()
-    ]
-    if not moved:
-        return []
-    rows = conn.execute(
-        select(payments, projects.c.secret_enc, projects.c.callback_url)
-        .join(projects, projects.c.id == payments.c.project_id)
-        .where(payments.c.id.in_(moved))
-        .order_by(payments.c.id)
+    # RETURNING gives the rows as updated: no reading back.
+    moved_rows = conn.execute(
+        update(payments)
+        .where(
+            payments.c.id.in_(list(payment_pks)),
+            payments.c.status.in_([s.value for s in expect]),
+        )
+        .values(
+            status=change.status.value,
+            updated_at=now,
+            clarification_fields=None,
+            clarification_deadline=None,
+        )
+        .returning(*payments.c)
     ).all()
-    latest: dict[int, Row[Any]] = {}
-    for op in conn.execute(
-        select(operations).where(operations.c.payment_pk.in_(moved)).order_by(operations.c.id)
-    ):
-        latest[int(op.payment_pk)] = op
+    if not moved_rows:
+        return []
+    moved = [int(row.id) for row in moved_rows]
     op_values: dict[str, Any] = {
         "status": change.status.value,
         "code": change.code,
@@ -226,13 +213,34 @@ def transition_many(
         op_values["provider_payment_id"] = change.provider_payment_id
     if change.provider_auth_code is not None:
         op_values["provider_auth_code"] = change.provider_auth_code
-    conn.execute(
-        update(operations)
-        .where(operations.c.id.in_([op.id for op in latest.values()]))
-        .values(**op_values)
+    latest_ids = (
+        select(func.max(operations.c.id))
+        .where(operations.c.payment_pk.in_(moved))
+        .group_by(operations.c.payment_pk)
     )
+    updated_ops = {
+        int(op.payment_pk): op
+        for op in conn.execute(
+            update(operations)
+            .where(operations.c.id.in_(latest_ids.scalar_subquery()))
+            .values(**op_values)
+            .returning(*operations.c)
+        )
+    }
     if not change.notify_merchant:
         return moved
+    project_ids = {int(row.project_id) for row in moved_rows}
+    project_rows = {
+        int(row.id): row
+        for row in conn.execute(
+            select(projects.c.id, projects.c.secret_enc, projects.c.callback_url).where(
+                projects.c.id.in_(project_ids)
+            )
+        )
+    }
+    secrets_by_project = {
+        pid: decrypt_secret(ctx, pid, row.secret_enc) for pid, row in project_rows.items()
+    }
     waiting_turn = set(
         conn.execute(
             select(callbacks.c.payment_pk)
@@ -240,16 +248,15 @@ def transition_many(
             .distinct()
         ).scalars()
     )
-    secrets_by_project: dict[int, str] = {}
     queued: list[dict[str, Any]] = []
-    for payment in rows:
+    for payment in sorted(moved_rows, key=lambda row: int(row.id)):
         project_id = int(payment.project_id)
-        if project_id not in secrets_by_project:
-            secrets_by_project[project_id] = decrypt_secret(ctx, project_id, payment.secret_enc)
-        # The operation as just updated (no need to read it back).
-        operation = SimpleNamespace(**{**latest[int(payment.id)]._mapping, **op_values})
+        operation = updated_ops[int(payment.id)]
         body = _signed_body(callback_facts(payment, operation), secrets_by_project[project_id])
-        url = json.loads(payment.params).get("merchant_callback_url") or payment.callback_url
+        url = (
+            json.loads(payment.params).get("merchant_callback_url")
+            or project_rows[project_id].callback_url
+        )
         queued.append(
             {
                 "payment_pk": payment.id,
@@ -298,11 +305,11 @@ def callback_body_for(
 
 def callback_facts(
     payment: Row[Any],
-    operation: Any,
+    operation: Row[Any] | None,
     clarification_fields: dict[str, Any] | None = None,
 ) -> CallbackFacts:
-    """The callback facts of a payment row and its latest operation (a row of ``operations``,
-    or any object with its columns as attributes; None before the first operation)."""
+    """The callback facts of a payment row and its latest operation row (None before the
+    first operation)."""
     if clarification_fields is None and payment.clarification_fields:
         clarification_fields = json.loads(payment.clarification_fields)
     if operation is None:
