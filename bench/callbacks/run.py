@@ -8,11 +8,12 @@ Figures (each with a baseline measured in the same run, and the ratio):
    fast asyncio receiver in its own process) until the receiver has them all.
    SQLite: one worker in the committing process (as ``serve --role all``).
    PostgreSQL: two ``payplane-server serve --role worker`` processes.
-   Baseline: the same bodies POSTed by the same httpx client setup with no database at all
-   (the HTTP ceiling of one process).
+   Baseline: the same bodies POSTed by the same HTTP client setup (aiohttp, 64 in flight,
+   4 per merchant) with no database at all: the HTTP ceiling of one process. httpx is measured
+   too, for the record of why delivery does not use it.
 2. Latency: with an idle queue, one status change (``processing.transition``) at a time; from
-   its commit to the receiver reading the POST. p50 and p99. Baseline: a bare httpx POST from
-   before the call to the receiver reading it.
+   its commit to the receiver reading the POST. p50 and p99. Baseline: a bare POST (same
+   client) from before the call to the receiver reading it.
 3. Hanging merchant: 8 merchants, the callbacks spread evenly; one merchant answers after 5 s.
    The other merchants' delivery rate, against the same run with nobody hanging.
 """
@@ -38,6 +39,7 @@ from multiprocessing.sharedctypes import RawArray, RawValue
 from pathlib import Path
 from typing import Any
 
+import httpx
 from payplane import sign
 from payplane_server.clock import SystemClock
 from payplane_server.config import Settings
@@ -49,7 +51,7 @@ from payplane_server.domain.payments import Code, Status
 from payplane_server.services.processing import Change, load_payment, start_operation, transition
 from payplane_server.services.projects import create_project
 from payplane_server.testing import TempPostgres, free_port, postgres_available
-from payplane_server.worker.delivery import DeliveryWorker, make_client
+from payplane_server.worker.delivery import DeliveryWorker, make_session
 from sqlalchemy import func, insert, select, text
 
 MASTER_KEY = base64.b64encode(b"c" * 32).decode()
@@ -379,11 +381,27 @@ class ProcessWorkers:
 # -- baselines ----------------------------------------------------------------------------
 
 
-def http_ceiling(urls: list[str], bodies: list[bytes], concurrency: int, per_host: int) -> float:
-    """Requests per second of the same client setup with no database (one process)."""
+def http_ceiling(
+    urls: list[str], bodies: list[bytes], concurrency: int, per_host: int, library: str
+) -> float:
+    """Requests per second of one process POSTing with no database at all."""
 
-    async def main() -> float:
-        client = make_client(30.0, per_host)
+    async def with_aiohttp() -> float:
+        session = make_session(30.0, concurrency, per_host)
+
+        async def post(url: str, body: bytes) -> None:
+            async with session.post(url, data=body, allow_redirects=False) as response:
+                await response.content.read(4096)
+
+        began = time.perf_counter()
+        await asyncio.gather(*(post(urls[n % len(urls)], b) for n, b in enumerate(bodies)))
+        took = time.perf_counter() - began
+        await session.close()
+        return len(bodies) / took
+
+    async def with_httpx() -> float:
+        limits = httpx.Limits(max_connections=concurrency)
+        client = httpx.AsyncClient(limits=limits, follow_redirects=False)
         total = asyncio.Semaphore(concurrency)
         hosts = {url: asyncio.Semaphore(per_host) for url in urls}
 
@@ -397,28 +415,30 @@ def http_ceiling(urls: list[str], bodies: list[bytes], concurrency: int, per_hos
                     pass
 
         began = time.perf_counter()
-        await asyncio.gather(*(post(urls[n % len(urls)], body) for n, body in enumerate(bodies)))
+        await asyncio.gather(*(post(urls[n % len(urls)], b) for n, b in enumerate(bodies)))
         took = time.perf_counter() - began
         await client.aclose()
         return len(bodies) / took
 
     import uvloop
 
-    return uvloop.run(main())
+    return uvloop.run(with_aiohttp() if library == "aiohttp" else with_httpx())
 
 
 def http_latency(receiver: Receiver, url: str, rounds: int) -> list[float]:
     async def main() -> list[float]:
-        client = make_client(30.0, 4)
+        session = make_session(30.0, 4, 4)
         samples = []
         for n in range(rounds):
             before = receiver.shared.count.value
             began = time.monotonic()
-            await client.post(url, content=b'{"n":%d}' % n)
+            async with session.post(url, data=b'{"n":%d}' % n) as response:
+                await response.read()
             while receiver.shared.count.value <= before:
                 await asyncio.sleep(0)
             samples.append((receiver.shared.arrivals[before] - began) * 1000)
-        await client.aclose()
+            await asyncio.sleep(0.01)
+        await session.close()
         return samples
 
     import uvloop
@@ -540,14 +560,20 @@ def main() -> None:
     receiver = Receiver(16)
     try:
         bodies = [b'{"payment":{"id":"%d"},"x":"%s"}' % (n, b"y" * 1400) for n in range(args.count)]
-        ceiling = http_ceiling(receiver.urls(), bodies, 64, 4)
-        print(f"HTTP ceiling (httpx, no database, 16 merchants): {ceiling:,.0f} callbacks/s")
+        ceiling = http_ceiling(receiver.urls(), bodies, 64, 4, "aiohttp")
+        slow = http_ceiling(receiver.urls(), bodies[: len(bodies) // 4], 64, 4, "httpx")
+        print(
+            f"HTTP ceiling, no database, 16 merchants: aiohttp {ceiling:,.0f}/s;"
+            f" httpx {slow:,.0f}/s (ratio {slow / ceiling:.2f}, why delivery uses aiohttp)"
+        )
 
         url = f"sqlite:///{root / 'bench.db'}"
         ctx = make_context(url, root / "sqlite")
         projects = make_projects(ctx, receiver.urls(), 1000)
         rate = drain(ctx, receiver, projects, args.count, "s", lambda: ThreadWorker(ctx))
-        report("drain, SQLite, 1 worker", rate, "callbacks/s", ceiling, "httpx alone")
+        report(
+            "drain, SQLite, 1 worker", rate, "callbacks/s", ceiling, "the same HTTP client alone"
+        )
 
         base = http_latency(receiver, receiver.urls()[0], args.latency)
         worker = ThreadWorker(ctx)
@@ -561,7 +587,7 @@ def main() -> None:
                 percentile(ours, q),
                 "ms",
                 percentile(base, q),
-                "bare httpx POST",
+                "a bare POST",
             )
 
         iso_ctx = make_context(f"sqlite:///{root / 'iso.db'}", root / "iso")
@@ -601,7 +627,7 @@ def main() -> None:
                     rate,
                     "callbacks/s",
                     ceiling,
-                    "httpx alone",
+                    "the same HTTP client alone",
                 )
                 workers = ProcessWorkers(pg_ctx, 2, root)
                 try:
@@ -614,7 +640,7 @@ def main() -> None:
                         percentile(ours, q),
                         "ms",
                         percentile(base, q),
-                        "bare httpx POST",
+                        "a bare POST",
                     )
                 pg_ctx.close()
             finally:
