@@ -478,3 +478,11 @@ def test_pages_carry_the_strict_security_headers(customer: Customer) -> None:
     assert "script-src 'self'" in policy and "form-action 'self'" in policy
     assert "unsafe-inline" not in policy
     assert response.headers["cache-control"] == "no-store"
+
+
+def test_force_payment_method_card_opens_the_card_form_directly(customer: Customer) -> None:
+    response, token = customer.open(signed_url(params(force_payment_method="card"), SECRET))
+    assert response.status_code == 200
+    assert f'action="/pay/{token}/card"' in response.text and "Card number" in response.text
+    form = customer.pay(token, "4000000000000077", csrf=csrf_of(response.text))
+    assert form.headers["location"] == f"/pay/{token}/result"

@@ -46,6 +46,7 @@ class Database:
         self.engine: Engine = create_engine(url, **kwargs)
         self._listeners: dict[str, list[Listener]] = {}
         self._lock = threading.Lock()
+        self._sqlite_writer = threading.RLock()
         if self.is_sqlite:
             self._configure_sqlite(self.engine)
 
@@ -69,6 +70,17 @@ class Database:
     @contextmanager
     def write(self) -> Iterator[Connection]:
         """A read-write transaction, committed on success, rolled back on any exception."""
+        if self.is_sqlite:
+            # SQLite has one writer; threads of this process queue here instead of in
+            # SQLite's busy handler, which sleeps up to 100 ms between retries.
+            with self._sqlite_writer, self._write() as conn:
+                yield conn
+        else:
+            with self._write() as conn:
+                yield conn
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
         with self.engine.connect() as conn:
             if self.is_sqlite:
                 conn = conn.execution_options(sqlite_begin="IMMEDIATE")

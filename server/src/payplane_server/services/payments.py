@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from payplane import verify
-from sqlalchemy import Connection, Row, and_, insert, select, update
+from sqlalchemy import Connection, Row, and_, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ..acquirer import Authorization, Decision, Verdict, get_acquirer
@@ -76,25 +76,45 @@ def _project_id(params: Mapping[str, str]) -> int | None:
     return number if 0 < number <= _PROJECT_ID_LIMIT else None
 
 
+# The hot path's statements are built once: constructing and cache-keying a statement costs
+# more than running it on SQLite.
+_LOOKUP = (
+    select(projects.c.secret_enc.label("project_secret_enc"), payments)
+    .select_from(
+        projects.outerjoin(
+            payments,
+            and_(
+                payments.c.project_id == projects.c.id,
+                payments.c.payment_id == bindparam("payment_id"),
+            ),
+        )
+    )
+    .where(projects.c.id == bindparam("project_id"))
+)
+_BY_KEY = select(payments).where(
+    payments.c.project_id == bindparam("project_id"),
+    payments.c.payment_id == bindparam("payment_id"),
+)
+_BY_TOKEN = select(payments).where(payments.c.page_token == bindparam("token"))
+_BY_PK = select(payments).where(payments.c.id == bindparam("pk"))
+_LATEST_OPERATION = (
+    select(operations)
+    .where(operations.c.payment_pk == bindparam("pk"))
+    .order_by(operations.c.id.desc())
+    .limit(1)
+)
+_INSERT = insert(payments).returning(*payments.c)
+
+
 def _lookup(conn: Connection, project_id: int, payment_id: str | None) -> Row[Any] | None:
     """The project's encrypted secret and, when it exists, the payment (one query)."""
-    join = projects.outerjoin(
-        payments,
-        and_(payments.c.project_id == projects.c.id, payments.c.payment_id == payment_id),
-    )
-    return conn.execute(
-        select(projects.c.secret_enc.label("project_secret_enc"), payments)
-        .select_from(join)
-        .where(projects.c.id == project_id)
-    ).first()
+    found = conn.execute(_LOOKUP, {"project_id": project_id, "payment_id": payment_id})
+    return found.first()
 
 
 def _by_key(conn: Connection, project_id: int, payment_id: str) -> Row[Any] | None:
-    return conn.execute(
-        select(payments).where(
-            payments.c.project_id == project_id, payments.c.payment_id == payment_id
-        )
-    ).first()
+    found = conn.execute(_BY_KEY, {"project_id": project_id, "payment_id": payment_id})
+    return found.first()
 
 
 def _same_payment(existing: Row[Any], request: PaymentRequest) -> None:
@@ -133,26 +153,25 @@ def open_payment(ctx: AppContext, params: Mapping[str, str], signature: str | No
     try:
         with ctx.db.write() as conn:
             row = conn.execute(
-                insert(payments)
-                .values(
-                    project_id=request.project_id,
-                    payment_id=request.payment_id,
-                    status=Status.NEW.value,
-                    amount=request.amount,
-                    currency=request.currency,
-                    customer_id=request.customer_id,
-                    description=request.description,
-                    best_before=request.best_before,
-                    language_code=request.language_code,
-                    interface_type=request.interface_type,
-                    params=json.dumps(request.params, ensure_ascii=False),
-                    processing_deadline=now
+                _INSERT,
+                {
+                    "project_id": request.project_id,
+                    "payment_id": request.payment_id,
+                    "status": Status.NEW.value,
+                    "amount": request.amount,
+                    "currency": request.currency,
+                    "customer_id": request.customer_id,
+                    "description": request.description,
+                    "best_before": request.best_before,
+                    "language_code": request.language_code,
+                    "interface_type": request.interface_type,
+                    "params": json.dumps(request.params, ensure_ascii=False),
+                    "processing_deadline": now
                     + timedelta(seconds=ctx.settings.processing_threshold_seconds),
-                    page_token=secrets.token_urlsafe(24),
-                    created_at=now,
-                    updated_at=now,
-                )
-                .returning(*payments.c)
+                    "page_token": secrets.token_urlsafe(24),
+                    "created_at": now,
+                    "updated_at": now,
+                },
             ).one()
         return row
     except IntegrityError:
@@ -170,19 +189,14 @@ def find_by_token(ctx: AppContext, token: str) -> Row[Any]:
     if not 16 <= len(token) <= 64 or not token.replace("-", "").replace("_", "").isalnum():
         raise PaymentNotFound()
     with ctx.db.read() as conn:
-        row = conn.execute(select(payments).where(payments.c.page_token == token)).first()
+        row = conn.execute(_BY_TOKEN, {"token": token}).first()
     if row is None:
         raise PaymentNotFound()
     return row
 
 
 def _latest_operation(conn: Connection, payment_pk: int) -> Row[Any] | None:
-    return conn.execute(
-        select(operations)
-        .where(operations.c.payment_pk == payment_pk)
-        .order_by(operations.c.id.desc())
-        .limit(1)
-    ).first()
+    return conn.execute(_LATEST_OPERATION, {"pk": payment_pk}).first()
 
 
 def page_state(ctx: AppContext, token: str) -> PageState:
@@ -195,7 +209,7 @@ def page_state(ctx: AppContext, token: str) -> PageState:
 
 
 def _reload(conn: Connection, payment_pk: int) -> Row[Any]:
-    return conn.execute(select(payments).where(payments.c.id == payment_pk)).one()
+    return conn.execute(_BY_PK, {"pk": payment_pk}).one()
 
 
 def expire_if_due(ctx: AppContext, payment: Row[Any]) -> Row[Any]:

@@ -28,8 +28,9 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
+import anyio.to_thread
+from anyio import CapacityLimiter
 from sqlalchemy import Row
-from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
@@ -261,12 +262,32 @@ class _InLanguage(Exception):
         self.language = _language(payment)
 
 
+def _limiter(request: Request) -> CapacityLimiter:
+    """Threads that may do page work at once, per app (so per event loop).
+
+    Dozens of runnable threads fight for the GIL and a thread holding SQLite's single write
+    lock waits its turn among them (a lock convoy); a few threads keep the lock holder
+    running. PostgreSQL waits on the network, so more threads pay off there.
+    """
+    limiter = getattr(request.app.state, "payment_page_limiter", None)
+    if limiter is None:
+        limiter = CapacityLimiter(4 if _context(request).db.is_sqlite else 16)
+        request.app.state.payment_page_limiter = limiter
+    assert isinstance(limiter, CapacityLimiter)
+    return limiter
+
+
+async def _in_thread(request: Request, function: Callable[..., Any], *args: Any) -> Any:
+    return await anyio.to_thread.run_sync(function, *args, limiter=_limiter(request))
+
+
 def _pages(handler: Callable[[Request], Response]) -> Page:
-    """Run ``handler`` in the thread pool (it does database work) and render page errors."""
+    """Run ``handler`` in a worker thread (it does database work) and render page errors."""
 
     async def endpoint(request: Request) -> Response:
         try:
-            return await run_in_threadpool(handler, request)
+            response: Response = await _in_thread(request, handler, request)
+            return response
         except _InLanguage as wrapped:
             return _error_page(wrapped.error, wrapped.language)
         except PageError as error:
@@ -286,9 +307,12 @@ def open_payment(request: Request) -> Response:
         # A '+' of the Base64 signature left unencoded arrives as a space.
         signature = signature.replace(" ", "+")
     payment = service.open_payment(ctx, params, signature)
-    if payment.status == Status.NEW.value:
-        return _method_page(payment)
-    return _see_other(_path(payment))
+    if payment.status != Status.NEW.value:
+        return _see_other(_path(payment))
+    if params.get("force_payment_method") == "card":
+        # The merchant chose the method: straight to the card form.
+        return _card_page(ctx, payment)
+    return _method_page(payment)
 
 
 def current(request: Request) -> Response:
@@ -400,7 +424,9 @@ def result(request: Request) -> Response:
 async def status(request: Request) -> Response:
     ctx = _context(request)
     try:
-        payment = await run_in_threadpool(service.find_by_token, ctx, request.path_params["token"])
+        payment = await _in_thread(
+            request, service.find_by_token, ctx, request.path_params["token"]
+        )
     except PageError as error:
         return JSONResponse({"error": error.message}, status_code=error.status, headers=NO_STORE)
     return JSONResponse(
