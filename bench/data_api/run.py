@@ -115,6 +115,11 @@ class Child:
                 time.sleep(0.2)
         raise RuntimeError(f"the {self.port} server did not start")
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU time of the server process so far."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(timeout=30)
@@ -141,13 +146,17 @@ async def _read_response(reader: asyncio.StreamReader) -> int:
     return status
 
 
-async def _throughput(port: int, cert: Path, message: bytes, seconds: float, conns: int) -> float:
+async def _throughput(
+    port: int, cert: Path, message: bytes, seconds: float, conns: int
+) -> tuple[float, int]:
+    """Requests per second over ``seconds`` (after a 1 s warm-up), and all requests made."""
     context = ssl.create_default_context(cafile=str(cert))
     done = 0
+    everything = 0
     stop_at = 0.0
 
     async def worker() -> None:
-        nonlocal done
+        nonlocal done, everything
         reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
         try:
             while time.perf_counter() < stop_at:
@@ -156,6 +165,7 @@ async def _throughput(port: int, cert: Path, message: bytes, seconds: float, con
                 if status != 200:
                     raise RuntimeError(f"status {status}")
                 done += 1
+                everything += 1
         finally:
             writer.close()
 
@@ -165,7 +175,7 @@ async def _throughput(port: int, cert: Path, message: bytes, seconds: float, con
     started = time.perf_counter()
     stop_at = started + seconds
     await asyncio.gather(*(worker() for _ in range(conns)))
-    return done / (time.perf_counter() - started)
+    return done / (time.perf_counter() - started), everything
 
 
 async def _latencies(port: int, cert: Path, message: bytes, count: int) -> list[float]:
@@ -202,12 +212,14 @@ def bench_balance(root: Path, seconds: float, conns: int) -> None:
     api = Child("api", data_dir, url).wait()
     try:
         balance_body = world.body("admin")
-        echo_rate = asyncio.run(
+        echo_rate, _ = asyncio.run(
             _throughput(
                 echo.port, echo.cert, _request("/echo", balance_body, echo.port), seconds, conns
             )
         )
-        api_rate = asyncio.run(
+        api_cpu = api.cpu_seconds()
+        echo_cpu = echo.cpu_seconds()
+        api_rate, api_count = asyncio.run(
             _throughput(
                 api.port,
                 api.cert,
@@ -216,11 +228,13 @@ def bench_balance(root: Path, seconds: float, conns: int) -> None:
                 conns,
             )
         )
-        echo_rate_again = asyncio.run(
+        api_cpu = api.cpu_seconds() - api_cpu
+        echo_rate_again, echo_count = asyncio.run(
             _throughput(
                 echo.port, echo.cert, _request("/echo", balance_body, echo.port), seconds, conns
             )
         )
+        echo_cpu = echo.cpu_seconds() - echo_cpu
     finally:
         echo.stop()
         api.stop()
@@ -229,6 +243,9 @@ def bench_balance(root: Path, seconds: float, conns: int) -> None:
     print(f"  JSON echo (baseline, mean of before/after): {baseline:8.0f} req/s")
     print(f"  balance/get:                                {api_rate:8.0f} req/s")
     print(f"  ratio balance/echo: {api_rate / baseline:.2f}  (target >= 0.4)")
+    api_per = api_cpu * 1000 / api_count
+    echo_per = echo_cpu * 1000 / echo_count
+    print(f"  server CPU per request: echo {echo_per:.2f} ms, balance/get {api_per:.2f} ms")
 
 
 def _load(ctx: AppContext, count: int) -> tuple[Any, datetime]:
@@ -278,6 +295,7 @@ def _explain(ctx: AppContext) -> None:
 
 def bench_operations(root: Path, engine: str, counts: list[int], requests: int) -> None:
     results: dict[int, float] = {}
+    cpu: dict[int, float] = {}
     whole: dict[int, float] = {}
     postgres = TempPostgres().start() if engine == "postgres" else None
     try:
@@ -305,7 +323,9 @@ def bench_operations(root: Path, engine: str, counts: list[int], requests: int) 
                 body = world.body("admin", {"interval": day, "limit": 1000, "offset": 2000})
                 path = "/v1/v1/operations/get"
                 message = _request(path, body, api.port)
+                cpu_before = api.cpu_seconds()
                 times = asyncio.run(_latencies(api.port, api.cert, message, requests))
+                cpu[count] = (api.cpu_seconds() - cpu_before) * 1000 / (requests + 3)
                 results[count] = statistics.median(times)
                 days = max(1, count // 10_000)
                 last = (start + timedelta(days=days - 1)).strftime("%Y-%m-%d 23:59:59")
@@ -323,7 +343,10 @@ def bench_operations(root: Path, engine: str, counts: list[int], requests: int) 
     small, large = counts[0], counts[-1]
     print(f"  {engine}: operations/get, page of 1000 (offset 2000) of one day (~10,000 matches)")
     for count in counts:
-        print(f"    {count:>9,} stored: p50 {results[count]:6.1f} ms  (target < 50 ms)")
+        print(
+            f"    {count:>9,} stored: p50 {results[count]:6.1f} ms  (target < 50 ms);"
+            f" server CPU {cpu[count]:5.1f} ms/request"
+        )
     print(f"    ratio large/small: {results[large] / results[small]:.2f}  (target <= 1.5)")
     print("  the same page over the whole stored range (total counts every match):")
     for count in counts:

@@ -22,7 +22,7 @@ from typing import Any
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ..context import AppContext
@@ -310,19 +310,25 @@ def user_projects(conn: Connection, user_id: int) -> list[int]:
 
 def projects_of(conn: Connection, user: User) -> list[int]:
     """``user_projects`` for an account already read in this transaction."""
-    user_id = user.id
     if sees_all_projects(user.role):
-        query = select(projects.c.id).where(projects.c.merchant_id == user.merchant_id)
+        rows = conn.execute(_MERCHANT_PROJECTS, {"merchant_id": user.merchant_id})
     else:
-        query = (
-            select(projects.c.id)
-            .join(user_projects_table, user_projects_table.c.project_id == projects.c.id)
-            .where(
-                user_projects_table.c.user_id == user_id,
-                projects.c.merchant_id == user.merchant_id,
-            )
+        rows = conn.execute(
+            _GRANTED_PROJECTS, {"user_id": user.id, "merchant_id": user.merchant_id}
         )
-    return sorted(int(pid) for pid in conn.execute(query).scalars())
+    return sorted(int(pid) for pid in rows.scalars())
+
+
+# Built once: the Data API reads project access on every request.
+_MERCHANT_PROJECTS = select(projects.c.id).where(projects.c.merchant_id == bindparam("merchant_id"))
+_GRANTED_PROJECTS = (
+    select(projects.c.id)
+    .join(user_projects_table, user_projects_table.c.project_id == projects.c.id)
+    .where(
+        user_projects_table.c.user_id == bindparam("user_id"),
+        projects.c.merchant_id == bindparam("merchant_id"),
+    )
+)
 
 
 def _lock_user(conn: Connection, user_id: int) -> User:

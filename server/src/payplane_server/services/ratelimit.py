@@ -21,7 +21,7 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Connection, delete, select, update
+from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from ..context import AppContext
@@ -72,27 +72,16 @@ def hit(ctx: AppContext, subject: str, limit: int, *, minimum_retry_after: int =
     now = ctx.clock.now()
     window, elapsed = _window_of(now)
     guard = _SQLITE_WRITER if ctx.db.is_sqlite else contextlib.nullcontext()
+    keys = {"who": subject, "window": window, "before": window - 1}
     with guard, ctx.db.write() as conn:
-        current = _bump(ctx, conn, subject, window)
+        upsert = _SQLITE_BUMP if ctx.db.is_sqlite else _POSTGRES_BUMP
+        current = int(conn.execute(upsert, keys).scalar_one())
         if current == 1:
-            conn.execute(
-                delete(rate_limits).where(
-                    rate_limits.c.subject == subject, rate_limits.c.window_start < window - 1
-                )
-            )
-        previous = conn.execute(
-            select(rate_limits.c.count).where(
-                rate_limits.c.subject == subject, rate_limits.c.window_start == window - 1
-            )
-        ).scalar()
-        previous = int(previous or 0)
+            conn.execute(_FORGET_OLD, keys)
+        previous = int(conn.execute(_PREVIOUS, keys).scalar() or 0)
         if admit(previous, current, elapsed, limit):
             return Decision(True, 0)
-        conn.execute(
-            update(rate_limits)
-            .where(rate_limits.c.subject == subject, rate_limits.c.window_start == window)
-            .values(count=rate_limits.c.count - 1)
-        )
+        conn.execute(_TAKE_BACK, keys)
         wait = retry_after(previous, current - 1, elapsed, limit, max(3, minimum_retry_after))
         return Decision(False, wait)
 
@@ -103,22 +92,28 @@ def _window_of(now: datetime) -> tuple[int, float]:
     return window, seconds - window * WINDOW_SECONDS
 
 
-def _bump(ctx: AppContext, conn: Connection, subject: str, window: int) -> int:
-    values = {"subject": subject, "window_start": window, "count": 1}
-    bump = {"count": rate_limits.c.count + 1}
-    keys = [rate_limits.c.subject, rate_limits.c.window_start]
-    if ctx.db.is_sqlite:
-        statement = (
-            sqlite.insert(rate_limits)
-            .values(values)
-            .on_conflict_do_update(index_elements=keys, set_=bump)
-            .returning(rate_limits.c.count)
-        )
-    else:
-        statement = (
-            postgresql.insert(rate_limits)
-            .values(values)
-            .on_conflict_do_update(index_elements=keys, set_=bump)
-            .returning(rate_limits.c.count)
-        )
-    return int(conn.execute(statement).scalar_one())
+# Built once: each Data API request runs them.
+_ROW = {"subject": bindparam("who"), "window_start": bindparam("window"), "count": 1}
+_KEY = [rate_limits.c.subject, rate_limits.c.window_start]
+_SQLITE_BUMP = (
+    sqlite.insert(rate_limits)
+    .values(_ROW)
+    .on_conflict_do_update(index_elements=_KEY, set_={"count": rate_limits.c.count + 1})
+    .returning(rate_limits.c.count)
+)
+_POSTGRES_BUMP = (
+    postgresql.insert(rate_limits)
+    .values(_ROW)
+    .on_conflict_do_update(index_elements=_KEY, set_={"count": rate_limits.c.count + 1})
+    .returning(rate_limits.c.count)
+)
+_THIS = (rate_limits.c.subject == bindparam("who"),)
+_PREVIOUS = select(rate_limits.c.count).where(
+    *_THIS, rate_limits.c.window_start == bindparam("before")
+)
+_FORGET_OLD = delete(rate_limits).where(*_THIS, rate_limits.c.window_start < bindparam("before"))
+_TAKE_BACK = (
+    update(rate_limits)
+    .where(*_THIS, rate_limits.c.window_start == bindparam("window"))
+    .values(count=rate_limits.c.count - 1)
+)

@@ -18,7 +18,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import CompoundSelect, Connection, Select, and_, func, select, union_all
+from sqlalchemy import (
+    CompoundSelect,
+    Connection,
+    Select,
+    and_,
+    bindparam,
+    func,
+    select,
+    union_all,
+)
 
 from ..db.tables import balances, operations, payments, projects
 
@@ -82,15 +91,18 @@ def balances_of(conn: Connection, project_ids: Sequence[int]) -> list[BalanceLin
     """Balances per project and currency, ordered by project then currency."""
     if not project_ids:
         return []
-    rows = conn.execute(
-        select(balances.c.project_id, projects.c.name, balances.c.currency, balances.c.amount)
-        .join(projects, projects.c.id == balances.c.project_id)
-        .where(balances.c.project_id.in_(list(project_ids)))
-        .order_by(balances.c.project_id, balances.c.currency)
-    )
+    rows = conn.execute(_BALANCES, {"ids": list(project_ids)})
     return [
         BalanceLine(int(row.project_id), row.name, row.currency, int(row.amount)) for row in rows
     ]
+
+
+_BALANCES = (
+    select(balances.c.project_id, projects.c.name, balances.c.currency, balances.c.amount)
+    .join(projects, projects.c.id == balances.c.project_id)
+    .where(balances.c.project_id.in_(bindparam("ids", expanding=True)))
+    .order_by(balances.c.project_id, balances.c.currency)
+)
 
 
 def _filters(query: OperationQuery) -> list[Any]:
