@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     CompoundSelect,
@@ -68,21 +68,24 @@ class OperationQuery:
     with_total: bool = True
 
 
-@dataclass(slots=True)
-class OperationRow:
+class OperationRow(NamedTuple):
+    """One operation with its payment's details, in the column order of the page query."""
+
     project_id: int
     operation_id: int
     payment_id: str
     operation_type: str
     operation_status: str
-    payment_method: str
+    payment_method: str | None
     account_number: str | None
     customer_id: str
     description: str | None
     created_at: datetime
     completed_at: datetime | None
-    sum_initial: tuple[int, str]
-    sum_converted: tuple[int, str]
+    initial_amount: int
+    initial_currency: str
+    converted_amount: int
+    converted_currency: str
     code: str
     message: str
 
@@ -163,46 +166,6 @@ _ROW_COLUMNS = (
 )
 
 
-def _row(row: Any) -> OperationRow:
-    # Positional unpacking: named access on result rows costs several times more per field.
-    (
-        project_id,
-        operation_id,
-        payment_id,
-        operation_type,
-        status,
-        method,
-        account_number,
-        customer_id,
-        description,
-        created_at,
-        completed_at,
-        initial_amount,
-        initial_currency,
-        converted_amount,
-        converted_currency,
-        code,
-        message,
-    ) = row
-    return OperationRow(
-        project_id,
-        operation_id,
-        payment_id,
-        operation_type,
-        status,
-        method or "card",
-        account_number,
-        customer_id,
-        description,
-        created_at,
-        completed_at,
-        (initial_amount, initial_currency),
-        (converted_amount, converted_currency),
-        code,
-        message,
-    )
-
-
 def find_operations(conn: Connection, query: OperationQuery) -> tuple[list[OperationRow], int]:
     """One page of operations and the number of all matches (-1 when not asked for)."""
     if not query.project_ids:
@@ -215,7 +178,7 @@ def find_operations(conn: Connection, query: OperationQuery) -> tuple[list[Opera
         .join(payments, payments.c.id == operations.c.payment_pk)
         .order_by(keys.c.created_at, keys.c.id)
     )
-    page = [_row(row) for row in rows]
+    page = [OperationRow._make(row) for row in rows]
     total = -1
     if query.with_total:
         if len(page) < query.limit and (page or query.offset == 0):
@@ -253,4 +216,4 @@ def operations_of_payment(
         .where(operations.c.payment_pk == payment_pk)
         .order_by(operations.c.created_at, operations.c.id)
     )
-    return [_row(row) for row in rows]
+    return [OperationRow._make(row) for row in rows]

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from typing import Any
 
+import orjson
 from payplane import sign, verify
 from sqlalchemy import Connection
 from starlette.concurrency import run_in_threadpool
@@ -168,7 +169,7 @@ def _process(ctx: AppContext, handler: Handler, raw: bytes) -> Response:
     with ctx.db.read() as conn:
         payload = handler(conn, user, params)
     payload["signature"] = sign(payload, secret)
-    return JSONResponse(payload)
+    return Response(orjson.dumps(payload), media_type="application/json")
 
 
 def _endpoint(handler: Handler) -> Callable[[Request], Any]:
