@@ -10,7 +10,7 @@ import httpx
 from sqlalchemy import func, select
 
 from payplane_server.context import AppContext
-from payplane_server.db.tables import operations, payments
+from payplane_server.db.tables import balances, operations, payments
 from payplane_server.services.projects import create_project
 from payplane_server.testing import LiveServer
 from payplane_server.testing.customer import Customer, csrf_of, signed_url
@@ -78,3 +78,37 @@ def test_concurrent_submits_of_one_payment_make_one_operation(ctx: AppContext) -
         assert conn.execute(select(func.count()).select_from(operations)).scalar_one() == 1
         status = conn.execute(select(payments.c.status)).scalar_one()
     assert status in ("success", "decline")
+
+
+def test_first_payments_of_a_currency_paid_at_once_all_succeed_and_add_up(
+    ctx: AppContext,
+) -> None:
+    create_project(ctx, project_id=402, name="Shop", callback_url=None, secret=SECRET)
+    count = 8
+    start = threading.Barrier(count)
+
+    def pay(number: int, server_url: str) -> str:
+        params = {
+            "project_id": 402,
+            "payment_id": f"first-{number}",
+            "payment_amount": 100 + number,
+            "payment_currency": "CHF",
+            "customer_id": "c-1",
+            "force_payment_method": "card",
+        }
+        with httpx.Client(base_url=server_url, timeout=60) as client:
+            customer = Customer(client)
+            response, token = customer.open(signed_url(params, SECRET))
+            assert token is not None
+            csrf = csrf_of(response.text)
+            start.wait()
+            return customer.pay(token, "4000000000000077", csrf=csrf).headers["location"]
+
+    with LiveServer(create_app(ctx)) as server, ThreadPoolExecutor(count) as pool:
+        locations = list(pool.map(lambda n: pay(n, server.url), range(count)))
+    assert all(location.endswith("/result") for location in locations)
+    with ctx.db.read() as conn:
+        statuses = conn.execute(select(payments.c.status)).scalars().all()
+        balance = conn.execute(select(balances.c.amount).where(balances.c.currency == "CHF"))
+        assert statuses == ["success"] * count
+        assert balance.scalar_one() == sum(100 + n for n in range(count))

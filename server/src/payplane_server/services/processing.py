@@ -16,6 +16,8 @@ from typing import Any
 
 from payplane import sign
 from sqlalchemy import Connection, Row, func, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from ..context import AppContext
 from ..db.tables import balances, callbacks, operations, payments, projects
@@ -277,15 +279,16 @@ def transition_many(
 
 
 def _credit(ctx: AppContext, conn: Connection, project_id: int, currency: str, amount: int) -> None:
-    updated = conn.execute(
-        update(balances)
-        .where(balances.c.project_id == project_id, balances.c.currency == currency)
-        .values(amount=balances.c.amount + amount)
-    )
-    if updated.rowcount == 0:
-        conn.execute(
-            insert(balances).values(project_id=project_id, currency=currency, amount=amount)
+    # One upsert: an UPDATE-then-INSERT lets two first payments of a currency race on
+    # PostgreSQL, and the loser's whole transaction (its payment) fails on the primary key.
+    upsert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    statement = upsert(balances).values(project_id=project_id, currency=currency, amount=amount)
+    conn.execute(
+        statement.on_conflict_do_update(
+            index_elements=[balances.c.project_id, balances.c.currency],
+            set_={"amount": balances.c.amount + statement.excluded.amount},
         )
+    )
 
 
 def callback_body_for(
