@@ -370,14 +370,21 @@ def record_results(
                 ended.append(r.claimed.payment_pk)
             else:
                 retrying.append({**key, "due": due, "err": _error_text(r.error)})
-        if attempt_rows:
+        if attempt_rows and db.is_postgres:
+            # One statement for the batch: six arrays, unnested into rows.
+            columns = [list(column) for column in zip(*attempt_rows, strict=True)]
             conn.exec_driver_sql(
-                _sql(
-                    db,
-                    "INSERT INTO callback_attempts"
-                    " (callback_id, number, started_at, http_status, latency_ms, error)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                ),
+                "INSERT INTO callback_attempts"
+                " (callback_id, number, started_at, http_status, latency_ms, error)"
+                " SELECT * FROM unnest(%s::bigint[], %s::int[], %s::timestamp[], %s::int[],"
+                " %s::int[], %s::text[])",
+                tuple(columns),
+            )
+        elif attempt_rows:
+            conn.exec_driver_sql(
+                "INSERT INTO callback_attempts"
+                " (callback_id, number, started_at, http_status, latency_ms, error)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
                 attempt_rows,
             )
         mine = and_(
