@@ -282,6 +282,8 @@ def test_withdrawn_permission_hides_the_button_and_the_token_keeps_working_until
     expect(bob.get_by_role("heading", name="Sign in")).to_be_visible()
 
 
+# Engine-independent: once, on SQLite (overrides conftest's engine parameter).
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_a_non_admin_gets_403_on_my_team_and_can_sign_out(
     ctx: AppContext, world: World, browser: Browser
 ) -> None:
@@ -353,6 +355,7 @@ def _axe(page: Page) -> list[dict[str, Any]]:
     return [v for v in result["violations"] if v["impact"] in ("serious", "critical")]
 
 
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_every_page_passes_the_accessibility_check(
     ctx: AppContext, world: World, browser: Browser
 ) -> None:

@@ -12,12 +12,14 @@ from sqlalchemy import func, insert, select
 from payplane_server.clock import FakeClock
 from payplane_server.context import AppContext
 from payplane_server.db.tables import callback_attempts, dashboard_sessions, payments
+from payplane_server.domain.money import CURRENCY_EXPONENTS, format_amount
 from payplane_server.domain.payments import Code, Status
 from payplane_server.services import dashboard_queries as queries
 from payplane_server.services import sessions
 from payplane_server.services.accounts import create_user, delete_user
 from payplane_server.services.processing import Change, start_operation, transition
 from payplane_server.services.projects import create_project, get_project
+from payplane_server.web.dashboard_kit import money
 
 
 def _merchant_of(ctx: AppContext, project_id: int) -> int:
@@ -269,6 +271,45 @@ def test_payments_with_the_same_time_page_without_loss(ctx: AppContext, shop: in
     assert len(seen) == 5
 
 
+def test_paging_across_several_projects_visits_every_payment_once_in_order(
+    ctx: AppContext, shop: int
+) -> None:
+    merchant = _merchant_of(ctx, shop)
+    create_project(ctx, project_id=502, name="Two", callback_url=None, merchant_id=merchant)
+    create_project(ctx, project_id=503, name="Three", callback_url=None, merchant_id=merchant)
+    expected = []
+    for n in range(17):
+        project = (shop, 502, 503)[n % 3]
+        minute = n // 2  # pairs of payments share a time: ties broken by id
+        pk = _payment(ctx, project, f"m-{n}", created_at=_at(minute), finish=None)
+        expected.append((_at(minute), pk))
+    expected.sort(reverse=True)
+    visible = [503, shop, 502]
+    forward: list[queries.PaymentPage] = []
+    cursor = None
+    with ctx.db.read() as conn:
+        while True:
+            page = queries.search_payments(
+                conn, visible, queries.PaymentFilter(), older_than=cursor, limit=4
+            )
+            forward.append(page)
+            if page.older is None:
+                break
+            cursor = page.older
+        assert [p.pk for page in forward for p in page.rows] == [pk for _, pk in expected]
+        assert [len(page.rows) for page in forward] == [4, 4, 4, 4, 1]
+        back = forward[-1]
+        for earlier in reversed(forward[:-1]):
+            assert back.newer is not None
+            back = queries.search_payments(
+                conn, visible, queries.PaymentFilter(), newer_than=back.newer, limit=4
+            )
+            assert [p.pk for p in back.rows] == [p.pk for p in earlier.rows]
+        assert back.newer is None
+        only = queries.search_payments(conn, visible, queries.PaymentFilter(project_id=502))
+        assert {p.project_id for p in only.rows} == {502} and len(only.rows) == 6
+
+
 def test_search_by_payment_id_status_and_dates(ctx: AppContext, shop: int) -> None:
     _payment(ctx, shop, "a", created_at=_at(0), finish=Status.SUCCESS)
     _payment(ctx, shop, "b", created_at=_at(60 * 24), finish=Status.DECLINE)
@@ -362,6 +403,16 @@ def test_balances_per_project_and_currency(ctx: AppContext, shop: int) -> None:
     ]
     assert names == {shop: "Shop", 777: "Other"}
     assert total == 4
+
+
+def test_the_dashboards_money_matches_the_payment_pages_formatting() -> None:
+    for currency in CURRENCY_EXPONENTS:
+        for amount in (0, 5, 1999, 123_456_789, -250):
+            assert money(amount, currency) == format_amount(amount, currency, "en")
+    assert money(1999, "USD") == "$19.99"
+    assert money(1999, "JPY") == "¥1,999"
+    assert money(1999, "KWD") == "KWD1.999"
+    assert money(5, "XAU") == "5 XAU (minor units)"
 
 
 def test_cursor_text_round_trips_and_rejects_junk() -> None:

@@ -17,6 +17,7 @@ not count, so the wait never grows beyond the cap.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import secrets
@@ -44,7 +45,9 @@ __all__ = [
     "end_user_sessions",
     "load_session",
     "purge_expired",
+    "read_session",
     "record_failure",
+    "slide_session",
     "start_session",
     "wait_before_attempt",
 ]
@@ -62,6 +65,7 @@ class Session:
     user_id: int
     csrf_token: str
     expires_at: datetime
+    created_at: datetime
 
 
 @dataclass(frozen=True)
@@ -137,37 +141,49 @@ def start_session(ctx: AppContext, user_id: int, *, replaces: str | None = None)
     return session_id
 
 
-def load_session(ctx: AppContext, session_id: str | None) -> Session | None:
-    """The live session for ``session_id``, or None (unknown, expired, signed out, or the
-    account deleted). Slides the idle expiry forward."""
+def read_session(conn: Connection, session_id: str | None, now: datetime) -> Session | None:
+    """The live session for ``session_id`` as of ``now``, read in the caller's transaction,
+    or None (unknown, expired, signed out, or the account deleted). Call ``slide_session``
+    afterwards to keep it alive."""
     if not session_id or len(session_id) > 100:
         return None
-    id_hash = _digest(session_id)
-    now = ctx.clock.now()
-    with ctx.db.read() as conn:
-        row = conn.execute(
-            select(
-                dashboard_sessions.c.user_id,
-                dashboard_sessions.c.csrf_token,
-                dashboard_sessions.c.created_at,
-                dashboard_sessions.c.expires_at,
-            )
-            .join(users, users.c.id == dashboard_sessions.c.user_id)
-            .where(dashboard_sessions.c.id_hash == id_hash, users.c.deleted_at.is_(None))
-        ).first()
+    row = conn.execute(
+        select(
+            dashboard_sessions.c.user_id,
+            dashboard_sessions.c.csrf_token,
+            dashboard_sessions.c.created_at,
+            dashboard_sessions.c.expires_at,
+        )
+        .join(users, users.c.id == dashboard_sessions.c.user_id)
+        .where(dashboard_sessions.c.id_hash == _digest(session_id), users.c.deleted_at.is_(None))
+    ).first()
     if row is None or row.expires_at <= now:
         return None
-    expires_at = min(now + IDLE_TIMEOUT, row.created_at + ABSOLUTE_LIFETIME)
-    if expires_at - row.expires_at > _REFRESH_STEP:
-        with ctx.db.write() as conn:
-            conn.execute(
-                update(dashboard_sessions)
-                .where(dashboard_sessions.c.id_hash == id_hash)
-                .values(expires_at=expires_at)
-            )
-    else:
-        expires_at = row.expires_at
-    return Session(int(row.user_id), row.csrf_token, expires_at)
+    return Session(int(row.user_id), row.csrf_token, row.expires_at, row.created_at)
+
+
+def slide_session(ctx: AppContext, session_id: str, session: Session) -> Session:
+    """Move the idle expiry forward (written only when it moved by more than a few minutes,
+    so that most requests stay read-only), never past the absolute lifetime."""
+    expires_at = min(ctx.clock.now() + IDLE_TIMEOUT, session.created_at + ABSOLUTE_LIFETIME)
+    if expires_at - session.expires_at <= _REFRESH_STEP:
+        return session
+    with ctx.db.write() as conn:
+        conn.execute(
+            update(dashboard_sessions)
+            .where(dashboard_sessions.c.id_hash == _digest(session_id))
+            .values(expires_at=expires_at)
+        )
+    return dataclasses.replace(session, expires_at=expires_at)
+
+
+def load_session(ctx: AppContext, session_id: str | None) -> Session | None:
+    """``read_session`` in its own transaction, then ``slide_session``."""
+    with ctx.db.read() as conn:
+        session = read_session(conn, session_id, ctx.clock.now())
+    if session is None or session_id is None:
+        return None
+    return slide_session(ctx, session_id, session)
 
 
 def check_csrf(session: Session, presented: str | None) -> bool:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from babel.numbers import get_currency_symbol
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import FormData
@@ -27,9 +28,9 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from ..context import AppContext
 from ..domain.accounts import Permission, PermissionDenied, role_permits
-from ..domain.money import CURRENCY_EXPONENTS, format_amount
+from ..domain.money import CURRENCY_EXPONENTS, to_major
 from ..services import sessions
-from ..services.accounts import User, get_user, user_projects
+from ..services.accounts import User, get_user, projects_of
 
 __all__ = [
     "COOKIE",
@@ -41,6 +42,7 @@ __all__ = [
     "context_of",
     "error_page",
     "field",
+    "money",
     "read_form",
     "render",
     "safe_next",
@@ -90,10 +92,19 @@ def context_of(request: Request) -> AppContext:
     return ctx
 
 
-def _money(amount: int, currency: str) -> str:
-    if currency in CURRENCY_EXPONENTS:
-        return format_amount(amount, currency, "en")
-    return f"{amount} {currency} (minor units)"
+@functools.lru_cache(maxsize=512)
+def _currency_symbol(currency: str) -> str:
+    return str(get_currency_symbol(currency, locale="en"))
+
+
+def money(amount: int, currency: str) -> str:
+    """``format_amount(amount, currency, "en")``, the Payment Page's formatting, written out
+    for English: Babel's pattern machinery costs more than the rest of a 50-row page."""
+    if currency not in CURRENCY_EXPONENTS:
+        return f"{amount} {currency} (minor units)"
+    exponent = CURRENCY_EXPONENTS[currency]
+    major = abs(to_major(amount, currency))
+    return f"{'-' if amount < 0 else ''}{_currency_symbol(currency)}{major:,.{exponent}f}"
 
 
 def _when(value: datetime | None) -> str:
@@ -106,7 +117,7 @@ _env = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-_env.filters["money"] = _money
+_env.filters["money"] = money
 _env.filters["when"] = _when
 
 
@@ -185,14 +196,17 @@ def safe_next(value: str | None) -> str:
 
 
 def _visitor(ctx: AppContext, session_id: str | None) -> Visitor | None:
-    session = sessions.load_session(ctx, session_id)
-    if session is None or session_id is None:
-        return None
+    # One read transaction for the session, the account and its projects: this runs on
+    # every request.
     with ctx.db.read() as conn:
+        session = sessions.read_session(conn, session_id, ctx.clock.now())
+        if session is None or session_id is None:
+            return None
         user = get_user(conn, session.user_id)
         if user is None:
             return None
-        projects = user_projects(conn, user.id)
+        projects = projects_of(conn, user)
+    session = sessions.slide_session(ctx, session_id, session)
     return Visitor(user, session, session_id, projects)
 
 

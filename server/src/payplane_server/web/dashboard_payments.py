@@ -91,10 +91,13 @@ def payments(request: Request, visitor: Visitor, form: FormData | None) -> Respo
     try:
         values, where, paging = _parse_search(request, visitor)
     except BadQuery as exc:
-        return _payments_page(request, visitor, values, None, error=str(exc), status=400)
+        with context_of(request).db.read() as conn:
+            names = queries.project_names(conn, visitor.project_ids)
+        return _payments_page(request, visitor, values, None, names, error=str(exc), status=400)
     with context_of(request).db.read() as conn:
         page = queries.search_payments(conn, visitor.project_ids, where, **paging)
-    return _payments_page(request, visitor, values, page)
+        names = queries.project_names(conn, visitor.project_ids)
+    return _payments_page(request, visitor, values, page, names)
 
 
 def _payments_page(
@@ -102,13 +105,12 @@ def _payments_page(
     visitor: Visitor,
     values: dict[str, str],
     page: queries.PaymentPage | None,
+    names: dict[int, str],
     *,
     error: str | None = None,
     status: int = 200,
 ) -> Response:
     query = {name: value for name, value in values.items() if value}
-    with context_of(request).db.read() as conn:
-        names = queries.project_names(conn, visitor.project_ids)
     return render(
         request,
         "payments.html",
