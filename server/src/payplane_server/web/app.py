@@ -16,7 +16,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
 from ..context import AppContext
-from . import dashboard, data_api, gate, params_check, payment_page
+from . import dashboard, data_api, gate, openapi, params_check, payment_page
 from .middleware import BodyLimit, SecurityHeaders, _plain_too_large
 
 __all__ = ["create_app", "create_data_api_app"]
@@ -54,6 +54,7 @@ def create_app(context: AppContext, *, background: list[Lifespan] | None = None)
         *payment_page.routes,
         *gate.routes,
         *params_check.routes,
+        *openapi.routes,
         *dashboard.routes,
         Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
     ]
@@ -72,7 +73,7 @@ def create_app(context: AppContext, *, background: list[Lifespan] | None = None)
 def create_data_api_app(context: AppContext) -> Starlette:
     """The Data API (its routes, envelope errors and limits live in ``data_api``)."""
     app = Starlette(
-        routes=list(data_api.routes),
+        routes=[*openapi.routes, *data_api.routes],
         middleware=data_api.middleware(context),
         exception_handlers=data_api.exception_handlers,
     )
