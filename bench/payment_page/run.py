@@ -24,6 +24,7 @@ import asyncio
 import base64
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -276,6 +277,30 @@ async def load_payments(port: int, targets: list[str], seconds: float) -> dict[s
 # --------------------------------------------------------------------------------- runs
 
 
+def interleaved(
+    port: int, hello_port: int, targets: list[str], seconds: float, slices: int = 5
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Alternate short slices of the baseline and of the Payment Page, so that a change in
+    the machine's load during the run hits both alike; figures are summed over the slices."""
+    pool = iter(targets)
+    runs: dict[str, list[dict[str, float]]] = {"base": [], "page": []}
+    for _ in range(slices):
+        runs["base"].append(asyncio.run(load_get(hello_port, ["/"] * 10**6, seconds / slices)))
+        chunk = [next(pool) for _ in range(len(targets) // slices)]
+        runs["page"].append(asyncio.run(load_get(port, chunk, seconds / slices)))
+
+    def total(parts: list[dict[str, float]]) -> dict[str, float]:
+        return {
+            "rate": sum(part["count"] for part in parts) / seconds,
+            "p50": statistics.median(part["p50"] for part in parts),
+            "p99": max(part["p99"] for part in parts),
+            "errors": sum(part["errors"] for part in parts),
+            "count": sum(part["count"] for part in parts),
+        }
+
+    return total(runs["base"]), total(runs["page"])
+
+
 def prepare(data_dir: Path, database_url: str) -> None:
     settings = Settings(data_dir=data_dir, database_url=database_url, master_key=MASTER_KEY)
     migrate(database_url)
@@ -324,13 +349,12 @@ def run_engine(engine: str, database_url: str, data_dir: Path, args: argparse.Na
             try:
                 warm = signed_targets(500, "warm", force_card=False)
                 asyncio.run(load_get(port, warm, 1.0))
-                base = asyncio.run(load_get(hello_port, ["/"] * 10**7, args.seconds))
+                targets = signed_targets(
+                    expected_rate * int(args.seconds) * 2, "open", force_card=False
+                )
+                base, page = interleaved(port, hello_port, targets, args.seconds)
             finally:
                 stop(hello)
-            targets = signed_targets(
-                int(expected_rate * args.seconds * 2), "open", force_card=False
-            )
-            page = asyncio.run(load_get(port, targets, args.seconds))
             print(f"GET /payment, fresh signed URL, {CONCURRENCY} connections ({engine}):")
             show("bare Starlette hello-world", base)
             show("GET /payment (verify+register+render)", page)

@@ -13,7 +13,7 @@ import json
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from payplane import verify
@@ -133,55 +133,59 @@ def open_payment(ctx: AppContext, params: Mapping[str, str], signature: str | No
         _, problems = validate(params)
         raise InvalidParameters(problems or [ParamProblem("project_id", "Invalid project.")])
     payment_id = params.get("payment_id")
-    with ctx.db.read() as conn:
-        found = _lookup(conn, project_id, payment_id)
-    if found is None or not signature:
-        raise SignatureMismatch()
-    secret = decrypt_secret(ctx, project_id, found.project_secret_enc)
-    if not verify(params, signature, secret):
-        raise SignatureMismatch()
-    request, problems = validate(params)
-    if request is None:
-        raise InvalidParameters(problems)
-    if found.id is not None:
-        _same_payment(found, request)
-        return expire_if_due(ctx, found)
-    now = ctx.clock.now()
-    late = expired_problem(request.best_before, now)
-    if late is not None:
-        raise InvalidParameters([late])
     try:
+        # One transaction: reading the secret and inserting cost one BEGIN/COMMIT, and a
+        # refused URL rolls back having written nothing.
         with ctx.db.write() as conn:
-            row = conn.execute(
-                _INSERT,
-                {
-                    "project_id": request.project_id,
-                    "payment_id": request.payment_id,
-                    "status": Status.NEW.value,
-                    "amount": request.amount,
-                    "currency": request.currency,
-                    "customer_id": request.customer_id,
-                    "description": request.description,
-                    "best_before": request.best_before,
-                    "language_code": request.language_code,
-                    "interface_type": request.interface_type,
-                    "params": json.dumps(request.params, ensure_ascii=False),
-                    "processing_deadline": now
-                    + timedelta(seconds=ctx.settings.processing_threshold_seconds),
-                    "page_token": secrets.token_urlsafe(24),
-                    "created_at": now,
-                    "updated_at": now,
-                },
-            ).one()
-        return row
+            found = _lookup(conn, project_id, payment_id)
+            if found is None or not signature:
+                raise SignatureMismatch()
+            secret = decrypt_secret(ctx, project_id, found.project_secret_enc)
+            if not verify(params, signature, secret):
+                raise SignatureMismatch()
+            request, problems = validate(params)
+            if request is None:
+                raise InvalidParameters(problems)
+            if found.id is not None:
+                _same_payment(found, request)
+                existing = found
+            else:
+                now = ctx.clock.now()
+                late = expired_problem(request.best_before, now)
+                if late is not None:
+                    raise InvalidParameters([late])
+                return conn.execute(_INSERT, _new_payment(ctx, request, now)).one()
     except IntegrityError:
         # Someone registered the same payment at the same moment: theirs is the payment.
+        request, _ = validate(params)
+        assert request is not None
         with ctx.db.read() as conn:
-            existing = _by_key(conn, request.project_id, request.payment_id)
-        if existing is None:
+            again = _by_key(conn, request.project_id, request.payment_id)
+        if again is None:
             raise
-        _same_payment(existing, request)
-        return existing
+        _same_payment(again, request)
+        existing = again
+    return expire_if_due(ctx, existing)
+
+
+def _new_payment(ctx: AppContext, request: PaymentRequest, now: datetime) -> dict[str, Any]:
+    return {
+        "project_id": request.project_id,
+        "payment_id": request.payment_id,
+        "status": Status.NEW.value,
+        "amount": request.amount,
+        "currency": request.currency,
+        "customer_id": request.customer_id,
+        "description": request.description,
+        "best_before": request.best_before,
+        "language_code": request.language_code,
+        "interface_type": request.interface_type,
+        "params": json.dumps(request.params, ensure_ascii=False),
+        "processing_deadline": now + timedelta(seconds=ctx.settings.processing_threshold_seconds),
+        "page_token": secrets.token_urlsafe(24),
+        "created_at": now,
+        "updated_at": now,
+    }
 
 
 def find_by_token(ctx: AppContext, token: str) -> Row[Any]:
