@@ -295,6 +295,19 @@ def test_sign_in_without_or_with_a_forged_form_token_is_refused(
 
 
 @SQLITE_ONLY
+def test_two_open_sign_in_forms_both_work(ctx: AppContext, team: Team) -> None:
+    client = TestClient(create_app(ctx), follow_redirects=False)
+    first = CSRF.search(client.get("/dashboard/sign-in").text)
+    second = CSRF.search(client.get("/dashboard/sign-in").text)
+    assert first is not None and second is not None
+    response = client.post(
+        "/dashboard/sign-in",
+        data={"email": "ann@shop.example", "password": PASSWORD, "csrf_token": first.group(1)},
+    )
+    assert response.status_code == 303
+
+
+@SQLITE_ONLY
 def test_sign_in_never_redirects_off_the_dashboard(ctx: AppContext, team: Team) -> None:
     visit = _visit(ctx)
     visit.get("/dashboard/sign-in")

@@ -163,6 +163,23 @@ def test_a_password_change_ends_the_other_sessions(ctx: AppContext, shop: int) -
     assert sessions.load_session(ctx, other) is None
 
 
+def test_stale_sessions_and_failure_counts_are_purged(
+    ctx: AppContext, clock: FakeClock, shop: int
+) -> None:
+    user_id = _user(ctx, _merchant_of(ctx, shop))
+    old = sessions.start_session(ctx, user_id)
+    sessions.record_failure(ctx, [sessions.email_subject("old@example.com")])
+    clock.advance(hours=3)
+    fresh = sessions.start_session(ctx, user_id)
+    sessions.record_failure(ctx, [sessions.email_subject("new@example.com")])
+    assert sessions.purge_stale(ctx) == 2
+    with ctx.db.read() as conn:
+        assert conn.execute(select(func.count()).select_from(dashboard_sessions)).scalar() == 1
+    assert sessions.load_session(ctx, fresh) is not None
+    assert sessions.load_session(ctx, old) is None
+    assert sessions.purge_stale(ctx) == 0
+
+
 # ---------------------------------------------------------------------------- throttling
 
 

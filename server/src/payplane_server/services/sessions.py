@@ -42,9 +42,8 @@ __all__ = [
     "email_subject",
     "end_other_sessions",
     "end_session",
-    "end_user_sessions",
     "load_session",
-    "purge_expired",
+    "purge_stale",
     "read_session",
     "record_failure",
     "slide_session",
@@ -120,11 +119,6 @@ def start_session(ctx: AppContext, user_id: int, *, replaces: str | None = None)
     session_id = secrets.token_urlsafe(32)
     now = ctx.clock.now()
     with ctx.db.write() as conn:
-        conn.execute(
-            delete(dashboard_sessions).where(
-                dashboard_sessions.c.user_id == user_id, dashboard_sessions.c.expires_at <= now
-            )
-        )
         if replaces:
             conn.execute(
                 delete(dashboard_sessions).where(dashboard_sessions.c.id_hash == _digest(replaces))
@@ -203,18 +197,20 @@ def end_session(ctx: AppContext, session_id: str | None) -> None:
         )
 
 
-def end_user_sessions(conn: Connection, user_id: int) -> None:
-    """End every session of an account (it was deleted), inside the caller's transaction."""
-    conn.execute(delete(dashboard_sessions).where(dashboard_sessions.c.user_id == user_id))
-
-
-def purge_expired(ctx: AppContext) -> int:
-    """Delete sessions past their expiry; returns how many."""
+def purge_stale(ctx: AppContext) -> int:
+    """Delete expired sessions and failure counts past their forget window; returns how many
+    rows went. Run after each successful sign-in, which is often enough to keep both tables
+    small without a timer."""
+    now = ctx.clock.now()
+    forget = max(EMAIL_THROTTLE.forget_after, CLIENT_THROTTLE.forget_after)
     with ctx.db.write() as conn:
-        result = conn.execute(
-            delete(dashboard_sessions).where(dashboard_sessions.c.expires_at <= ctx.clock.now())
-        )
-    return int(result.rowcount)
+        gone = conn.execute(
+            delete(dashboard_sessions).where(dashboard_sessions.c.expires_at <= now)
+        ).rowcount
+        gone += conn.execute(
+            delete(login_failures).where(login_failures.c.last_failure_at <= now - forget)
+        ).rowcount
+    return int(gone)
 
 
 # -------------------------------------------------------------------------------- throttling

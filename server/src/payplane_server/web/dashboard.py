@@ -10,6 +10,7 @@ account of the attacker's choosing.
 from __future__ import annotations
 
 import hmac
+import re
 import secrets
 
 from starlette.concurrency import run_in_threadpool
@@ -40,6 +41,7 @@ from .dashboard_kit import (
 __all__ = ["routes"]
 
 SIGN_IN_COOKIE = "payplane_sign_in"
+_SIGN_IN_TOKEN = re.compile(r"[A-Za-z0-9_-]{43}")
 _SIGN_IN_PATH = "/dashboard/sign-in"
 
 
@@ -55,7 +57,10 @@ def _sign_in_page(
     email: str = "",
     retry_after: int | None = None,
 ) -> Response:
-    token = secrets.token_urlsafe(32)
+    # Reused while it lives, so that two open sign-in tabs both work.
+    token = request.cookies.get(SIGN_IN_COOKIE, "")
+    if not _SIGN_IN_TOKEN.fullmatch(token):
+        token = secrets.token_urlsafe(32)
     response = render(
         request,
         "sign_in.html",
@@ -131,6 +136,7 @@ async def sign_in(request: Request) -> Response:
             request, status=400, error="The email address or password is wrong.", email=email
         )
     await run_in_threadpool(sessions.clear_failures, ctx, subjects[:1])
+    await run_in_threadpool(sessions.purge_stale, ctx)
     session_id = await run_in_threadpool(
         sessions.start_session, ctx, user.id, replaces=request.cookies.get(COOKIE)
     )
