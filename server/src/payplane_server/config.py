@@ -50,6 +50,8 @@ class Settings:
     callback_per_host_concurrency: int = 4
     allow_private_callback_urls: bool = True
     max_body_bytes: int = 1024 * 1024
+    # A request body on the Payment Page host must arrive within this many seconds (else 408).
+    body_timeout_seconds: float = 30.0
     # The simulator's "short delay" before its time-out decline (card 4539121411168251).
     simulator_delay_seconds: float = 0.5
     log_level: str = "info"

@@ -62,7 +62,12 @@ def create_app(context: AppContext, *, background: list[Lifespan] | None = None)
         routes=routes,
         middleware=[
             Middleware(SecurityHeaders),
-            Middleware(BodyLimit, limit=context.settings.max_body_bytes, too_large=_refusal),
+            Middleware(
+                BodyLimit,
+                limit=context.settings.max_body_bytes,
+                too_large=_refusal,
+                timeout=context.settings.body_timeout_seconds,
+            ),
         ],
         lifespan=lifespan,
     )
