@@ -22,7 +22,7 @@ from typing import Any
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-from sqlalchemy import Connection, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ..context import AppContext
@@ -310,24 +310,21 @@ def user_projects(conn: Connection, user_id: int) -> list[int]:
 
 def projects_of(conn: Connection, user: User) -> list[int]:
     """``user_projects`` for an account already read in this transaction."""
+    postgres = conn.dialect.name != "sqlite"
+    params: tuple[int, ...]
     if sees_all_projects(user.role):
-        rows = conn.execute(_MERCHANT_PROJECTS, {"merchant_id": user.merchant_id})
+        sql, params = _MERCHANT_PROJECTS, (user.merchant_id,)
     else:
-        rows = conn.execute(
-            _GRANTED_PROJECTS, {"user_id": user.id, "merchant_id": user.merchant_id}
-        )
+        sql, params = _GRANTED_PROJECTS, (user.id, user.merchant_id)
+    rows = conn.exec_driver_sql(sql.replace("?", "%s") if postgres else sql, params)
     return sorted(int(pid) for pid in rows.scalars())
 
 
-# Built once: the Data API reads project access on every request.
-_MERCHANT_PROJECTS = select(projects.c.id).where(projects.c.merchant_id == bindparam("merchant_id"))
+# The Data API reads project access on every request: driver-level SQL, same text on both engines.
+_MERCHANT_PROJECTS = "SELECT id FROM projects WHERE merchant_id = ?"
 _GRANTED_PROJECTS = (
-    select(projects.c.id)
-    .join(user_projects_table, user_projects_table.c.project_id == projects.c.id)
-    .where(
-        user_projects_table.c.user_id == bindparam("user_id"),
-        projects.c.merchant_id == bindparam("merchant_id"),
-    )
+    "SELECT p.id FROM projects p JOIN user_projects g ON g.project_id = p.id"
+    " WHERE g.user_id = ? AND p.merchant_id = ?"
 )
 
 

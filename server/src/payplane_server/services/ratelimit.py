@@ -18,14 +18,14 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import bindparam, delete, select, update
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Connection
 
 from ..context import AppContext
-from ..db.tables import rate_limits
 
 __all__ = ["WINDOW_SECONDS", "Decision", "admit", "estimate", "hit", "retry_after"]
 
@@ -67,21 +67,38 @@ def retry_after(previous: int, current: int, elapsed: float, limit: int, minimum
     return max(minimum, math.ceil(wait))
 
 
-def hit(ctx: AppContext, subject: str, limit: int, *, minimum_retry_after: int = 3) -> Decision:
-    """Count a request of ``subject`` and decide; one short write transaction."""
+def hit(
+    ctx: AppContext,
+    subject: str,
+    limit: int,
+    *,
+    minimum_retry_after: int = 3,
+    then: Callable[[Connection], None] | None = None,
+) -> Decision:
+    """Count a request of ``subject`` and decide, in one short write transaction.
+
+    ``then`` runs inside that transaction when the request is admitted: a light read that
+    would otherwise need a transaction of its own. It must not raise for expected outcomes
+    (an exception rolls the count back with everything else).
+    """
     now = ctx.clock.now()
     window, elapsed = _window_of(now)
     guard = _SQLITE_WRITER if ctx.db.is_sqlite else contextlib.nullcontext()
-    keys = {"who": subject, "window": window, "before": window - 1}
+    postgres = not ctx.db.is_sqlite
     with guard, ctx.db.write() as conn:
-        upsert = _SQLITE_BUMP if ctx.db.is_sqlite else _POSTGRES_BUMP
-        current = int(conn.execute(upsert, keys).scalar_one())
+
+        def run(sql: str, *params: object) -> Any:
+            return conn.exec_driver_sql(sql.replace("?", "%s") if postgres else sql, params)
+
+        current = int(run(_BUMP, subject, window).scalar_one())
         if current == 1:
-            conn.execute(_FORGET_OLD, keys)
-        previous = int(conn.execute(_PREVIOUS, keys).scalar() or 0)
+            run(_FORGET_OLD, subject, window - 1)
+        previous = int(run(_PREVIOUS, subject, window - 1).scalar() or 0)
         if admit(previous, current, elapsed, limit):
+            if then is not None:
+                then(conn)
             return Decision(True, 0)
-        conn.execute(_TAKE_BACK, keys)
+        run(_TAKE_BACK, subject, window)
         wait = retry_after(previous, current - 1, elapsed, limit, max(3, minimum_retry_after))
         return Decision(False, wait)
 
@@ -92,28 +109,13 @@ def _window_of(now: datetime) -> tuple[int, float]:
     return window, seconds - window * WINDOW_SECONDS
 
 
-# Built once: each Data API request runs them.
-_ROW = {"subject": bindparam("who"), "window_start": bindparam("window"), "count": 1}
-_KEY = [rate_limits.c.subject, rate_limits.c.window_start]
-_SQLITE_BUMP = (
-    sqlite.insert(rate_limits)
-    .values(_ROW)
-    .on_conflict_do_update(index_elements=_KEY, set_={"count": rate_limits.c.count + 1})
-    .returning(rate_limits.c.count)
+# Each Data API request runs these; driver-level SQL (the same text on both engines) costs a
+# fraction of building and compiling Core statements.
+_BUMP = (
+    "INSERT INTO rate_limits (subject, window_start, count) VALUES (?, ?, 1)"
+    " ON CONFLICT (subject, window_start) DO UPDATE SET count = rate_limits.count + 1"
+    " RETURNING count"
 )
-_POSTGRES_BUMP = (
-    postgresql.insert(rate_limits)
-    .values(_ROW)
-    .on_conflict_do_update(index_elements=_KEY, set_={"count": rate_limits.c.count + 1})
-    .returning(rate_limits.c.count)
-)
-_THIS = (rate_limits.c.subject == bindparam("who"),)
-_PREVIOUS = select(rate_limits.c.count).where(
-    *_THIS, rate_limits.c.window_start == bindparam("before")
-)
-_FORGET_OLD = delete(rate_limits).where(*_THIS, rate_limits.c.window_start < bindparam("before"))
-_TAKE_BACK = (
-    update(rate_limits)
-    .where(*_THIS, rate_limits.c.window_start == bindparam("window"))
-    .values(count=rate_limits.c.count - 1)
-)
+_FORGET_OLD = "DELETE FROM rate_limits WHERE subject = ? AND window_start < ?"
+_PREVIOUS = "SELECT count FROM rate_limits WHERE subject = ? AND window_start = ?"
+_TAKE_BACK = "UPDATE rate_limits SET count = count - 1 WHERE subject = ? AND window_start = ?"

@@ -23,13 +23,12 @@ from sqlalchemy import (
     Connection,
     Select,
     and_,
-    bindparam,
     func,
     select,
     union_all,
 )
 
-from ..db.tables import balances, operations, payments, projects
+from ..db.tables import operations, payments
 
 __all__ = [
     "MAX_INTERVAL",
@@ -94,17 +93,19 @@ def balances_of(conn: Connection, project_ids: Sequence[int]) -> list[BalanceLin
     """Balances per project and currency, ordered by project then currency."""
     if not project_ids:
         return []
-    rows = conn.execute(_BALANCES, {"ids": list(project_ids)})
+    # Driver-level SQL: every balance/get runs it. The placeholders are for integers only.
+    ids = [int(pid) for pid in project_ids]
+    marks = ", ".join(["%s" if conn.dialect.name != "sqlite" else "?"] * len(ids))
+    rows = conn.exec_driver_sql(_BALANCES.format(marks), tuple(ids))
     return [
         BalanceLine(int(row.project_id), row.name, row.currency, int(row.amount)) for row in rows
     ]
 
 
 _BALANCES = (
-    select(balances.c.project_id, projects.c.name, balances.c.currency, balances.c.amount)
-    .join(projects, projects.c.id == balances.c.project_id)
-    .where(balances.c.project_id.in_(bindparam("ids", expanding=True)))
-    .order_by(balances.c.project_id, balances.c.currency)
+    "SELECT b.project_id, p.name, b.currency, b.amount FROM balances b"
+    " JOIN projects p ON p.id = b.project_id WHERE b.project_id IN ({})"
+    " ORDER BY b.project_id, b.currency"
 )
 
 
