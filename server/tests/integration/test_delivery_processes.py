@@ -103,6 +103,10 @@ def queue_many(ctx: AppContext, count: int, prefix: str) -> None:
             assert transition(ctx, conn, pk, Change(Status.SUCCESS, Code.SUCCESS))
 
 
+# PostgreSQL only: the engine of multi-process deployments. The same lease expiry is proven on
+# both engines in-process by test_delivery.py (a dead worker's lease expires).
+@pytest.mark.postgres
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 def test_a_worker_killed_mid_delivery_loses_nothing(real_time: AppContext, tmp_path: Path) -> None:
     ctx = real_time
     release = threading.Event()

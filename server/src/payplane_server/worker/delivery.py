@@ -365,19 +365,24 @@ class DeliveryWorker:
 
     async def _claim_loop(self) -> None:
         # Claim in batches: with deliveries in flight, wait until a useful number of slots is
-        # free rather than paying a transaction for every single freed slot.
+        # free rather than paying a transaction for every single freed slot. Claim again at
+        # once only after a full claim; after a short one (nothing else due, or only for
+        # merchants at their cap) wait to be woken, never spin.
         batch = max(1, self.concurrency // 8)
         while not self._stopping:
             self._wake.clear()
+            full = False
             try:
-                if self.in_flight and self.concurrency - self.in_flight < batch:
+                free = self.concurrency - self.in_flight
+                if self.in_flight and free < batch:
                     self._more_due = True  # completions wake this loop again
                 elif self._more_due or await self._db(has_due, self.ctx.db, self.ctx.clock.now()):
-                    await self._claim_once()
+                    got = await self._claim_once()
+                    full = 0 < got == free
             except Exception:
                 log.exception("claiming callbacks failed")
                 await asyncio.sleep(1)
-            if self._more_due and self.concurrency - self.in_flight >= batch:
+            if full and self.concurrency - self.in_flight >= batch:
                 await asyncio.sleep(0)
                 continue
             with contextlib.suppress(TimeoutError):
