@@ -156,6 +156,13 @@ class Connection:
             self.writer.close()
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux ``/proc``): unlike a rate, the CPU
+    a request costs the server hardly depends on how busy the rest of the machine is."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def signed_targets(count: int, prefix: str, *, force_card: bool) -> list[str]:
     targets = []
     for number in range(count):
@@ -180,7 +187,9 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * share))] if ordered else 0.0
 
 
-async def load_get(port: int, targets: list[str], seconds: float) -> dict[str, float]:
+async def load_get(
+    port: int, targets: list[str], seconds: float, pid: int | None = None
+) -> dict[str, float]:
     """``CONCURRENCY`` connections GET the targets (each once, in order) for ``seconds``."""
     queue = iter(targets)
     latencies: list[float] = []
@@ -202,10 +211,12 @@ async def load_get(port: int, targets: list[str], seconds: float) -> dict[str, f
         finally:
             connection.close()
 
+    cpu = cpu_seconds(pid) if pid else 0.0
     begin = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
     elapsed = time.perf_counter() - begin
     return {
+        "cpu": (cpu_seconds(pid) - cpu) if pid else 0.0,
         "rate": len(latencies) / elapsed,
         "p50": percentile(latencies, 0.50) * 1000,
         "p99": percentile(latencies, 0.99) * 1000,
@@ -214,7 +225,9 @@ async def load_get(port: int, targets: list[str], seconds: float) -> dict[str, f
     }
 
 
-async def load_payments(port: int, targets: list[str], seconds: float) -> dict[str, float]:
+async def load_payments(
+    port: int, targets: list[str], seconds: float, pid: int | None = None
+) -> dict[str, float]:
     """``CONCURRENCY`` customers open a URL and pay with 4000000000000077, over and over."""
     queue = iter(targets)
     payment_times: list[float] = []
@@ -261,10 +274,12 @@ async def load_payments(port: int, targets: list[str], seconds: float) -> dict[s
         finally:
             connection.close()
 
+    cpu = cpu_seconds(pid) if pid else 0.0
     begin = time.perf_counter()
     await asyncio.gather(*(customer() for _ in range(CONCURRENCY)))
     elapsed = time.perf_counter() - begin
     return {
+        "cpu": (cpu_seconds(pid) - cpu) if pid else 0.0,
         "rate": len(payment_times) / elapsed,
         "p50": percentile(payment_times, 0.50) * 1000,
         "p99": percentile(payment_times, 0.99) * 1000,
@@ -278,16 +293,22 @@ async def load_payments(port: int, targets: list[str], seconds: float) -> dict[s
 
 
 def interleaved(
-    port: int, hello_port: int, targets: list[str], seconds: float, slices: int = 5
+    port: int,
+    hello_port: int,
+    targets: list[str],
+    seconds: float,
+    pids: tuple[int, int],
+    slices: int = 5,
 ) -> tuple[dict[str, float], dict[str, float]]:
     """Alternate short slices of the baseline and of the Payment Page, so that a change in
     the machine's load during the run hits both alike; figures are summed over the slices."""
     pool = iter(targets)
     runs: dict[str, list[dict[str, float]]] = {"base": [], "page": []}
     for _ in range(slices):
-        runs["base"].append(asyncio.run(load_get(hello_port, ["/"] * 10**6, seconds / slices)))
+        base = load_get(hello_port, ["/"] * 10**6, seconds / slices, pids[1])
+        runs["base"].append(asyncio.run(base))
         chunk = [next(pool) for _ in range(len(targets) // slices)]
-        runs["page"].append(asyncio.run(load_get(port, chunk, seconds / slices)))
+        runs["page"].append(asyncio.run(load_get(port, chunk, seconds / slices, pids[0])))
 
     def total(parts: list[dict[str, float]]) -> dict[str, float]:
         return {
@@ -296,6 +317,7 @@ def interleaved(
             "p99": max(part["p99"] for part in parts),
             "errors": sum(part["errors"] for part in parts),
             "count": sum(part["count"] for part in parts),
+            "cpu": sum(part["cpu"] for part in parts),
         }
 
     return total(runs["base"]), total(runs["page"])
@@ -329,6 +351,10 @@ def committed_successes(database_url: str, prefix: str) -> int:
         ctx.close()
 
 
+def cpu_per_request(figures: dict[str, float]) -> float:
+    return figures["cpu"] * 1000 / max(1, figures["count"])
+
+
 def show(label: str, figures: dict[str, float]) -> None:
     extra = f", request p99 {figures['request_p99']:.1f} ms" if "request_p99" in figures else ""
     print(
@@ -352,20 +378,27 @@ def run_engine(engine: str, database_url: str, data_dir: Path, args: argparse.Na
                 targets = signed_targets(
                     expected_rate * int(args.seconds) * 2, "open", force_card=False
                 )
-                base, page = interleaved(port, hello_port, targets, args.seconds)
+                pids = (server.pid, hello.pid)
+                base, page = interleaved(port, hello_port, targets, args.seconds, pids)
             finally:
                 stop(hello)
             print(f"GET /payment, fresh signed URL, {CONCURRENCY} connections ({engine}):")
             show("bare Starlette hello-world", base)
             show("GET /payment (verify+register+render)", page)
             print(f"  ratio {page['rate'] / base['rate']:.2f} (target >= 0.35)")
+            base_cpu, page_cpu = cpu_per_request(base), cpu_per_request(page)
+            print(
+                f"  server CPU per request: hello-world {base_cpu:.3f} ms, GET /payment "
+                f"{page_cpu:.3f} ms, ratio {base_cpu / page_cpu:.2f}"
+            )
         targets = signed_targets(int(1000 * args.seconds * 1.5), "pay", force_card=True)
-        paid = asyncio.run(load_payments(port, targets, args.seconds))
+        paid = asyncio.run(load_payments(port, targets, args.seconds, server.pid))
     finally:
         stop(server)
     committed = committed_successes(database_url, "pay")
     print(f"Complete payments, {CONCURRENCY} concurrent customers ({engine}):")
     show("open + submit 4000000000000077", paid)
+    print(f"  server CPU per complete payment: {cpu_per_request(paid):.3f} ms")
     print(f"  committed as success in the database: {committed} (counted {int(paid['count'])})")
     print("  target >= 300/s with p99 < 100 ms (SQLite); PostgreSQL measured too")
 
