@@ -114,3 +114,31 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     last = [item for item in items if item.get_closest_marker("last")]
     if last:
         items[:] = [item for item in items if not item.get_closest_marker("last")] + last
+
+
+# Every log record of the session (our loggers at DEBUG, third-party at WARNING) goes to
+# ``<basetemp>/logscan/inprocess.log``; ``tests/security/test_log_scan.py`` scans it, last,
+# together with every ``*.log`` a test wrote under the session's temporary directory (the logs
+# of the server processes the e2e, scale and chaos tests start), for secrets and card data.
+LOG_SCAN_DIR_ENV = "PAYPLANE_TEST_LOG_DIR"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def log_capture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    import logging
+
+    directory = tmp_path_factory.getbasetemp() / "logscan"
+    directory.mkdir(exist_ok=True)
+    handler = logging.FileHandler(directory / "inprocess.log", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    handler.setLevel(logging.DEBUG)
+    root = logging.getLogger()
+    ours = logging.getLogger("payplane")
+    previous_level = ours.level
+    ours.setLevel(logging.DEBUG)
+    root.addHandler(handler)
+    os.environ[LOG_SCAN_DIR_ENV] = str(directory)
+    yield directory
+    root.removeHandler(handler)
+    ours.setLevel(previous_level)
+    handler.close()
