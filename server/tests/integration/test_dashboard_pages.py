@@ -577,8 +577,11 @@ def test_other_merchants_users_and_projects_are_out_of_reach(ctx: AppContext, te
         f"/dashboard/team/{team.support}", {"project": ["501", "777"], "confirmed": "1"}
     )
     assert grab.status_code == 403
-    junk = visit.post(f"/dashboard/team/{team.support}", {"project": ["1e3"], "confirmed": "1"})
-    assert junk.status_code == 403
+    for junk_id in ("1e3", "²", "٥٠١"):
+        junk = visit.post(
+            f"/dashboard/team/{team.support}", {"project": [junk_id], "confirmed": "1"}
+        )
+        assert junk.status_code == 403
     added = visit.post(
         "/dashboard/team",
         {"email": "eve@shop.example", "name": "Eve", "role": "Finance", "project": "777"},
@@ -691,12 +694,31 @@ def test_payment_search_input_is_checked(ctx: AppContext, team: Team) -> None:
         ({"payment_id": "p" * 256}, 400),
         ({"status": "success", "from": "2026-11-01", "to": "2026-12-31"}, 200),
         ({"project": "501", "payment_id": "order-1"}, 200),
+        ({"payment_id": "order\x00-1"}, 400),
+        ({"project": "²"}, 403),
+        ({"older": "²1.²"}, 400),
+        ({"from": "0001-01-01", "to": "9999-12-31"}, 200),
     ]
     for query, status in cases:
         response = visit.get("/dashboard/payments", params=query)
         assert response.status_code == status, query
         shown = {200: "order-1", 400: 'role="alert"', 403: "Forbidden"}[status]
         assert shown in response.text, query
+
+
+def test_nul_characters_are_refused_cleanly_on_every_engine(ctx: AppContext, team: Team) -> None:
+    visit = _visit(ctx, "ann@shop.example")
+    visit.get("/dashboard/team")
+    for fields in (
+        {"email": "nul\x00@shop.example", "name": "Nul", "role": "Support"},
+        {"email": "nul@shop.example", "name": "N\x00ul", "role": "Support"},
+    ):
+        response = visit.post("/dashboard/team", fields)
+        assert response.status_code == 400
+        assert "NUL character" in response.text
+    fresh = _visit(ctx)
+    assert fresh.sign_in("ann\x00@shop.example", PASSWORD).status_code == 400
+    assert _count(ctx, users) == 4
 
 
 def test_payments_are_scoped_to_the_users_projects(ctx: AppContext, team: Team) -> None:

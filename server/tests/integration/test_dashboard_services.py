@@ -433,7 +433,10 @@ def test_the_dashboards_money_matches_the_payment_pages_formatting() -> None:
 
 
 def test_cursor_text_round_trips_and_rejects_junk() -> None:
-    cursor = queries.Cursor(datetime(2026, 11, 1, 12, 0, 0, 123456, tzinfo=UTC), 42)
-    assert queries.Cursor.decode(cursor.encode()) == cursor
-    for junk in ("", "1", "a.b", "1.x", "-1.2", "9" * 40 + ".1", "1.2.3", "1e5.2"):
+    for micro in range(0, 1_000_000, 997):
+        cursor = queries.Cursor(datetime(2026, 11, 1, 12, 0, 0, micro, tzinfo=UTC), 42)
+        assert queries.Cursor.decode(cursor.encode()) == cursor
+    latest = queries.Cursor(datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), 1)
+    assert queries.Cursor.decode(latest.encode()) == latest
+    for junk in ("", "1", "a.b", "1.x", "-1.2", "9" * 40 + ".1", "1.2.3", "1e5.2", "²1.²", "١.٢"):
         assert queries.Cursor.decode(junk) is None

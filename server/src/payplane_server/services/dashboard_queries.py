@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -48,6 +48,7 @@ __all__ = [
 ]
 
 PAGE_SIZE = 50
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -58,18 +59,22 @@ class Cursor:
     pk: int
 
     def encode(self) -> str:
-        micros = int(self.created_at.timestamp() * 1_000_000)
+        # Integer arithmetic: a float timestamp can be off by a microsecond, and a cursor one
+        # microsecond early would skip rows that share the last row's time.
+        micros = (self.created_at - _EPOCH) // timedelta(microseconds=1)
         return f"{micros}.{self.pk}"
 
     @classmethod
     def decode(cls, text: str) -> Cursor | None:
         """The cursor in ``text``, or None when it is not one (never an exception)."""
         micros, _, pk = text.partition(".")
-        if not (micros.isdigit() and pk.isdigit()) or len(micros) > 18 or len(pk) > 18:
+        if not (text.isascii() and micros.isdigit() and pk.isdigit()):
+            return None
+        if len(micros) > 18 or len(pk) > 18:
             return None
         try:
-            at = datetime.fromtimestamp(int(micros) / 1_000_000, tz=UTC)
-        except (OverflowError, OSError, ValueError):
+            at = _EPOCH + timedelta(microseconds=int(micros))
+        except OverflowError:
             return None
         return cls(at, int(pk))
 

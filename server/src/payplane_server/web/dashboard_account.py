@@ -205,7 +205,7 @@ def _chosen_projects(visitor: Visitor, form: FormData | None) -> set[int]:
     """Project IDs ticked in the form; every one must be a project of the merchant."""
     chosen: set[int] = set()
     for raw in form.getlist("project") if form is not None else []:
-        if not isinstance(raw, str) or not raw.isdigit() or len(raw) > 19:
+        if not isinstance(raw, str) or not (raw.isascii() and raw.isdigit()) or len(raw) > 19:
             raise Forbidden("A project in the form does not belong to your merchant.")
         if int(raw) not in visitor.project_ids:
             raise Forbidden("A project in the form does not belong to your merchant.")

@@ -175,6 +175,8 @@ def field(form: FormData | Mapping[str, Any] | None, name: str, limit: int = MAX
         return ""
     if len(value) > limit:
         raise ValueError(f"The field {name} is longer than {limit} characters.")
+    if "\x00" in value:  # PostgreSQL cannot store it; nobody types it
+        raise ValueError(f"The field {name} contains a NUL character.")
     return value.strip()
 
 

@@ -56,13 +56,16 @@ def _parse_search(
     }
     if any(len(value) > 255 for value in form.values()):
         raise BadQuery("A search field is longer than 255 characters.")
+    if any("\x00" in value for value in form.values()):
+        raise BadQuery("A search field contains a NUL character.")
     if form["status"] and form["status"] not in STATUSES:
         raise BadQuery("Choose a status from the list.")
     project: int | None = None
     if form["project"]:
-        if not form["project"].isdigit() or int(form["project"]) not in visitor.project_ids:
+        raw = form["project"]
+        if not (raw.isascii() and raw.isdigit()) or int(raw) not in visitor.project_ids:
             raise Forbidden("You do not have access to that project.")
-        project = int(form["project"])
+        project = int(raw)
     start, end = _day(form["from"], "From"), _day(form["to"], "To")
     if start and end and end < start:
         raise BadQuery("The To date is before the From date.")
@@ -71,8 +74,11 @@ def _parse_search(
         status=form["status"] or None,
         project_id=project,
         created_from=datetime(start.year, start.month, start.day, tzinfo=UTC) if start else None,
+        # The To day is inclusive; the last representable day has no upper bound at all.
         created_to=(
-            datetime(end.year, end.month, end.day, tzinfo=UTC) + timedelta(days=1) if end else None
+            datetime(end.year, end.month, end.day, tzinfo=UTC) + timedelta(days=1)
+            if end and end < date.max
+            else None
         ),
     )
     paging: dict[str, Any] = {}
