@@ -31,7 +31,6 @@ from typing import Any, TypeVar
 
 import aiohttp
 import certifi
-import psycopg
 from sqlalchemy import make_url
 
 from ..context import AppContext
@@ -400,6 +399,8 @@ class DeliveryWorker:
                 self._flush_wanted.set()
 
     async def _listen_pg(self) -> None:
+        import psycopg  # only PostgreSQL deployments pay for importing the driver here
+
         url = make_url(self.ctx.db.url).set(drivername="postgresql")
         conninfo = url.render_as_string(hide_password=False)
         while not self._stopping:
