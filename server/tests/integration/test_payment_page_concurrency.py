@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import httpx
 from sqlalchemy import func, select
 
+from payplane_server.acquirer import Authorization, Decision, SimulatorAcquirer
 from payplane_server.context import AppContext
 from payplane_server.db.tables import balances, operations, payments
 from payplane_server.services.projects import create_project
@@ -112,3 +114,65 @@ def test_first_payments_of_a_currency_paid_at_once_all_succeed_and_add_up(
         balance = conn.execute(select(balances.c.amount).where(balances.c.currency == "CHF"))
         assert statuses == ["success"] * count
         assert balance.scalar_one() == sum(100 + n for n in range(count))
+
+
+class WatchedSimulator(SimulatorAcquirer):
+    """The simulator, telling the test when a card has reached it."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__(delay)
+        self.entered = threading.Semaphore(0)
+
+    def authorize(self, request: Authorization) -> Decision:
+        self.entered.release()
+        return super().authorize(request)
+
+
+def test_time_out_cards_wait_without_blocking_other_customers(ctx: AppContext) -> None:
+    acquirer = WatchedSimulator(3.0)
+    ctx.extras["acquirer"] = acquirer
+    create_project(ctx, project_id=402, name="Shop", callback_url=None, secret=SECRET)
+    slow_count = 6  # more than the threads kept for page work
+
+    def params(payment_id: str) -> dict[str, Any]:
+        return {
+            "project_id": 402,
+            "payment_id": payment_id,
+            "payment_amount": 500,
+            "payment_currency": "EUR",
+            "customer_id": "c-1",
+            "force_payment_method": "card",
+        }
+
+    with LiveServer(create_app(ctx)) as server:
+        forms = []
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            for number in range(slow_count):
+                response, token = Customer(client).open(
+                    signed_url(params(f"slow-{number}"), SECRET)
+                )
+                assert token is not None
+                forms.append((token, csrf_of(response.text)))
+        finished = threading.Semaphore(0)
+
+        def submit(form: tuple[str, str]) -> None:
+            with httpx.Client(base_url=server.url, timeout=60) as client:
+                Customer(client).pay(form[0], "4539121411168251", csrf=form[1])
+            finished.release()
+
+        slow = [threading.Thread(target=submit, args=(form,)) for form in forms]
+        for thread in slow:
+            thread.start()
+        for _ in range(slow_count):  # every slow card is with the acquirer now
+            assert acquirer.entered.acquire(timeout=30)
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            # While the acquirer waits, the same server keeps serving other customers.
+            opened, _ = Customer(client).open(signed_url(params("fast-1"), SECRET))
+            assert opened.status_code == 200
+            assert client.get(f"/pay/{forms[0][0]}/status").json()["status"] == "new"
+            assert not finished.acquire(blocking=False), "a time-out answer came first"
+        for thread in slow:
+            thread.join()
+    with ctx.db.read() as conn:
+        codes = conn.execute(select(operations.c.code)).scalars().all()
+    assert codes == ["10602"] * slow_count

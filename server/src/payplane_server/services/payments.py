@@ -24,7 +24,7 @@ from ..acquirer import Authorization, Decision, Verdict, get_acquirer
 from ..context import AppContext
 from ..crypto import mask_pan
 from ..db.tables import operations, payments, projects
-from ..domain.cards import CardProblem, check_card
+from ..domain.cards import Card, CardProblem, check_card
 from ..domain.payments import Code, Status
 from ..domain.validation import PaymentRequest, expired_problem, validate
 from ..errors import (
@@ -40,12 +40,16 @@ from .projects import decrypt_secret
 
 __all__ = [
     "PageState",
+    "Submission",
     "SubmitResult",
+    "authorize",
+    "check_submission",
     "complete_challenge",
     "expire_if_due",
     "find_by_token",
     "open_payment",
     "page_state",
+    "record_submission",
     "submit_card",
 ]
 
@@ -58,6 +62,16 @@ class PageState:
 
     payment: Row[Any]
     operation: Row[Any] | None
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A checked card form: the payment, and the card or why it was refused. No card and no
+    problems means the payment is no longer waiting for a card."""
+
+    payment: Row[Any]
+    card: Card | None
+    problems: list[CardProblem]
 
 
 @dataclass(frozen=True)
@@ -254,21 +268,23 @@ def _record(ctx: AppContext, conn: Connection, payment_pk: int, decision: Decisi
     transition(ctx, conn, payment_pk, change)
 
 
-def submit_card(
+def check_submission(
     ctx: AppContext, payment: Row[Any], *, pan: str, expiry: str, cvv: str, holder: str
-) -> SubmitResult:
-    """Take the card form of ``payment`` (a row from ``find_by_token``).
+) -> Submission:
+    """Step 1 of a card submission: is the payment still open, is the card data good?
 
-    Refused card data returns ``problems`` and changes nothing. A payment that is no longer
-    NEW (double submit, another tab) is returned as it is. The CVV is checked and dropped.
+    The CVV is checked and dropped here: it is in no returned value.
     """
     payment = expire_if_due(ctx, payment)
     if payment.status != Status.NEW.value:
-        return SubmitResult(payment, [])
+        return Submission(payment, None, [])
     card, problems = check_card(pan, expiry, cvv, holder, ctx.clock.now().date())
-    if card is None:
-        return SubmitResult(payment, problems)
-    decision = get_acquirer(ctx).authorize(
+    return Submission(payment, card, problems)
+
+
+def authorize(ctx: AppContext, payment: Row[Any], card: Card) -> Decision:
+    """Step 2: ask the acquirer. May block (call it from a thread that holds nothing)."""
+    return get_acquirer(ctx).authorize(
         Authorization(
             project_id=int(payment.project_id),
             payment_id=payment.payment_id,
@@ -277,9 +293,16 @@ def submit_card(
             card=card,
         )
     )
+
+
+def record_submission(
+    ctx: AppContext, payment: Row[Any], card: Card, decision: Decision
+) -> Row[Any]:
+    """Step 3: record the card and the decision in one transaction; a payment that another
+    submission took meanwhile is returned unchanged."""
     with ctx.db.write() as conn:
         if start_operation(ctx, conn, payment) is None:
-            return SubmitResult(_reload(conn, payment.id), [])
+            return _reload(conn, payment.id)
         conn.execute(
             update(payments)
             .where(payments.c.id == payment.id)
@@ -294,7 +317,20 @@ def submit_card(
             )
         )
         _record(ctx, conn, payment.id, decision)
-        return SubmitResult(_reload(conn, payment.id), [])
+        return _reload(conn, payment.id)
+
+
+def submit_card(
+    ctx: AppContext, payment: Row[Any], *, pan: str, expiry: str, cvv: str, holder: str
+) -> SubmitResult:
+    """Take the card form of ``payment`` (a row from ``find_by_token``): the three steps in
+    one call. Refused card data returns ``problems`` and changes nothing; a payment that is no
+    longer NEW (double submit, another tab) is returned as it is."""
+    submission = check_submission(ctx, payment, pan=pan, expiry=expiry, cvv=cvv, holder=holder)
+    if submission.card is None:
+        return SubmitResult(submission.payment, submission.problems)
+    decision = authorize(ctx, submission.payment, submission.card)
+    return SubmitResult(record_submission(ctx, submission.payment, submission.card, decision), [])
 
 
 def complete_challenge(ctx: AppContext, payment: Row[Any], code: str) -> Row[Any]:

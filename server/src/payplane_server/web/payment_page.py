@@ -349,27 +349,38 @@ async def card_submit(request: Request) -> Response:
     form = await request.form(max_files=0, max_fields=20)
     ctx = _context(request)
     token = request.path_params["token"]
+    expiry, holder = _field(form, "expiry", 16), _field(form, "holder", 200)
 
-    def work() -> Response:
+    def check() -> service.Submission:
         payment = service.find_by_token(ctx, token)
         try:
             _check_csrf(ctx, token, "card", _field(form, "csrf_token"))
         except FormExpired as error:
             raise _InLanguage(error, payment) from None
-        expiry, holder = _field(form, "expiry", 16), _field(form, "holder", 200)
-        result = service.submit_card(
-            ctx,
-            payment,
-            pan=_field(form, "pan", 40),
-            expiry=expiry,
-            cvv=_field(form, "cvv", 8),
-            holder=holder,
-        )
-        if result.problems:
-            return _card_page(ctx, result.payment, result.problems, expiry, holder)
-        return _see_other(_path(result.payment))
+        return service.check_submission(
+            ctx, payment, pan=_field(form, "pan", 40), expiry=expiry,
+            cvv=_field(form, "cvv", 8), holder=holder,
+        )  # fmt: skip
 
-    return await _pages(lambda _request: work())(request)
+    try:
+        submission: service.Submission = await _in_thread(request, check)
+        if submission.card is None:
+            if submission.problems:
+                return _card_page(ctx, submission.payment, submission.problems, expiry, holder)
+            return _see_other(_path(submission.payment))
+        # The acquirer may block (the time-out card sleeps): it runs on the general thread
+        # pool, not on one of the few threads kept for page work.
+        decision = await anyio.to_thread.run_sync(
+            service.authorize, ctx, submission.payment, submission.card
+        )
+        payment = await _in_thread(
+            request, service.record_submission, ctx, submission.payment, submission.card, decision
+        )
+        return _see_other(_path(payment))
+    except _InLanguage as wrapped:
+        return _error_page(wrapped.error, wrapped.language)
+    except PageError as error:
+        return _error_page(error, negotiate(None))
 
 
 def challenge_form(request: Request) -> Response:
