@@ -59,7 +59,7 @@ def list_(
         typer.echo("no callbacks")
         return
     table = Table(title="Callbacks")
-    for name in ("ID", "Project", "Payment ID", "State", "Attempts", "Created", "Next attempt"):
+    for name in ("ID", "Project", "Payment ID", "State", "Attempts", "Created (UTC)", "Next (UTC)"):
         table.add_column(name, no_wrap=True)
     table.add_column("Last error", overflow="fold")
     for row in rows:
@@ -104,8 +104,8 @@ def show(
         ("URL", s.url),
         ("State", s.state),
         ("Attempts", str(s.attempts)),
-        ("Created", _when(s.created_at)),
-        ("Delivered", _when(s.delivered_at)),
+        ("Created (UTC)", _when(s.created_at)),
+        ("Delivered (UTC)", _when(s.delivered_at)),
         (
             "Next attempt",
             next_attempt or (_when(s.next_attempt_at) if s.state == "pending" else "-"),
@@ -115,8 +115,10 @@ def show(
         facts.add_row(name, value)
     console.print(facts)
     attempts = Table(title="Attempts")
-    for name in ("#", "Started", "HTTP status", "Latency ms"):
-        attempts.add_column(name, no_wrap=True, justify="right" if name != "Started" else "left")
+    for name in ("#", "Started (UTC)", "HTTP status", "Latency ms"):
+        attempts.add_column(
+            name, no_wrap=True, justify="left" if name.startswith("Started") else "right"
+        )
     attempts.add_column("Error", overflow="fold")
     for a in detail.attempts:
         attempts.add_row(
