@@ -111,6 +111,24 @@ def _when(value: datetime | None) -> str:
     return "—" if value is None else value.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+_BADGES = {
+    "success": "good",
+    "delivered": "good",
+    "decline": "bad",
+    "error": "bad",
+    "failed": "bad",
+    "processing": "wait",
+    "awaiting 3ds result": "wait",
+    "awaiting clarification": "wait",
+    "pending": "wait",
+}
+
+
+def _badge_kind(status: str) -> str:
+    """The colour class of a payment, operation or callback status."""
+    return _BADGES.get(status, "plain")
+
+
 _env = Environment(
     loader=FileSystemLoader(_TEMPLATES),
     autoescape=select_autoescape(default=True, default_for_string=True),
@@ -119,6 +137,7 @@ _env = Environment(
 )
 _env.filters["money"] = money
 _env.filters["when"] = _when
+_env.filters["badge_kind"] = _badge_kind
 
 
 def render(
