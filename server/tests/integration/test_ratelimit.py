@@ -114,6 +114,13 @@ def test_the_61st_request_gets_429_with_retry_after_and_one_after_the_wait_succe
         assert client.post("/v1/balance/get", content=world.body("admin")).status_code == 200
 
 
+def test_refused_answers_count_against_the_limit_too(ctx: AppContext, world: DataApiWorld) -> None:
+    bad = world.body("admin", {"project_ids": [900]})
+    with TestClient(create_data_api_app(ctx)) as client:
+        codes = [client.post("/v1/balance/get", content=bad).status_code for _ in range(61)]
+    assert codes == [401] * 60 + [429]
+
+
 def test_the_limit_is_configurable(settings: Settings, clock: FakeClock) -> None:
     ctx = AppContext.create(
         settings.replace(rate_limit_per_minute=5, rate_limit_retry_after=7), clock=clock

@@ -16,7 +16,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, available_timezones
 
 from ..errors import DataApiError
-from ..services.reporting import MAX_INTERVAL, OperationRow
+from ..services.reporting import MAX_INTERVAL, OperationRow, StoredTime, stored_utc
 
 __all__ = [
     "MAX_DEPTH",
@@ -258,13 +258,15 @@ def parse_by_payment(params: Mapping[str, Any]) -> ByPaymentRequest:
     return ByPaymentRequest(project_id, payment_id, _time_zone(params), _fields(params))
 
 
-def format_date(value: datetime | None, zone: ZoneInfo) -> str | None:
-    """``YYYY-MM-DD hh:mm:ss`` in ``zone``."""
+def format_date(value: StoredTime | None, zone: ZoneInfo) -> str | None:
+    """``YYYY-MM-DD hh:mm:ss`` in ``zone`` of a stored UTC time."""
     if value is None:
         return None
-    if zone is not _UTC_ZONE:
-        value = value.astimezone(zone)
-    return value.replace(tzinfo=None).isoformat(" ", "seconds")
+    if zone is _UTC_ZONE:
+        if isinstance(value, str):
+            return value[:19]  # stored as UTC text with microseconds
+        return value.replace(tzinfo=None).isoformat(" ", "seconds")
+    return stored_utc(value).astimezone(zone).replace(tzinfo=None).isoformat(" ", "seconds")
 
 
 def render_operation(row: OperationRow, zone: ZoneInfo, fields: tuple[str, ...]) -> dict[str, Any]:
