@@ -49,11 +49,23 @@ def postgres() -> Iterator[TempPostgres]:
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A migrated SQLite file, copied for each test (migrating costs far more than copying)."""
+    path = tmp_path_factory.mktemp("template") / "payplane.db"
+    url = f"sqlite:///{path}"
+    migrate(url)
+    assert not path.with_name(path.name + "-wal").exists()
+    return path
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'payplane.db'}"
-        migrate(url)
+        template: Path = request.getfixturevalue("sqlite_template")
+        target = tmp_path / "payplane.db"
+        shutil.copyfile(template, target)
+        url = f"sqlite:///{target}"
         yield url
         return
     server: TempPostgres = request.getfixturevalue("postgres")
