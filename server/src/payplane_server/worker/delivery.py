@@ -115,15 +115,14 @@ async def post_callback(
     location: str | None = None
     error: str | None = None
     try:
-        async with (
-            asyncio.timeout(timeout),
-            session.post(
-                claimed.url,
-                data=claimed.body.encode("utf-8"),
-                headers=_JSON,
-                allow_redirects=False,
-            ) as response,
-        ):
+        # The session's total timeout bounds the whole attempt, reading included.
+        async with session.post(
+            claimed.url,
+            data=claimed.body.encode("utf-8"),
+            headers=_JSON,
+            allow_redirects=False,
+            timeout=aiohttp.ClientTimeout(total=timeout),
+        ) as response:
             status = response.status
             location = response.headers.get("Location")
             received = 0
