@@ -31,8 +31,8 @@ from cluster import Cluster, chaos, run_load, settle_and_check
 
 pytestmark = pytest.mark.slow
 
-PAYMENTS = int(os.environ.get("PAYPLANE_CHAOS_PAYMENTS", "60"))
-KILLS = int(os.environ.get("PAYPLANE_CHAOS_KILLS", "3"))
+PAYMENTS = int(os.environ.get("PAYPLANE_CHAOS_PAYMENTS", "40"))
+KILLS = int(os.environ.get("PAYPLANE_CHAOS_KILLS", "2"))
 SEED = int(os.environ.get("PAYPLANE_CHAOS_SEED", "8"))
 REPORT = os.environ.get("PAYPLANE_CHAOS_REPORT")
 

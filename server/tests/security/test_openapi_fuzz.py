@@ -33,7 +33,7 @@ from payplane_server.testing.clarification import waiting_payment
 from payplane_server.web import create_app
 from payplane_server.web.app import create_data_api_app
 
-MAX_EXAMPLES = 15
+MAX_EXAMPLES = 10
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
