@@ -182,6 +182,10 @@ class DeliveryWorker:
         self._tasks: set[asyncio.Task[None]] = set()
         self._background: list[asyncio.Task[None]] = []
         self._more_due = False
+        # Slots freed since the last claim; completions wake the claimer only every few
+        # slots, so one claim transaction serves several deliveries.
+        self._freed = 0
+        self._claim_every = max(1, min(self.concurrency // 8, self.per_host))
         self._stopping = False
         self._refusals: OrderedDict[str, str | None] = OrderedDict()
         self._unlisten: Callable[[], None] | None = None
@@ -236,6 +240,7 @@ class DeliveryWorker:
             saturated[:_MAX_EXCLUDED],
         )
         self._more_due = len(claims) == free or bool(saturated)
+        self._freed = 0
         stamp = time.monotonic()
         for claimed in claims:
             self._claims[claimed.id] = claimed
@@ -302,7 +307,8 @@ class DeliveryWorker:
             if not self._inflight[origin] and not queue:
                 self._inflight.pop(origin, None)
                 self._queues.pop(origin, None)
-            if self._more_due:
+            self._freed += 1
+            if self._more_due and (self._freed >= self._claim_every or not self.in_flight):
                 self.wake()
 
     def _forget(self, claimed: Claimed) -> None:
