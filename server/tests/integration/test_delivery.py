@@ -358,7 +358,7 @@ def test_the_background_loop_wakes_on_commit_without_polling(
             await asyncio.sleep(0.2)
             began = time.monotonic()
             await asyncio.to_thread(queued_payment, ctx, project_id=PROJECT, payment_id="p-wake")
-            await asyncio.to_thread(receiver.wait_for, 1, 10)
+            await asyncio.to_thread(receiver.wait_for, 1, 30)
             return receiver.requests[0].at - began
         finally:
             await worker.stop()
@@ -382,9 +382,13 @@ def test_listen_notify_wakes_a_worker_for_another_process_commit(
         worker = DeliveryWorker(other, poll_interval=3600)
         await worker.start()
         try:
-            await asyncio.sleep(0.2)
+            for _ in range(300):
+                if worker.listening:
+                    break
+                await asyncio.sleep(0.1)
+            assert worker.listening
             await asyncio.to_thread(queued_payment, ctx, project_id=PROJECT, payment_id="p-ntfy")
-            await asyncio.to_thread(receiver.wait_for, 1, 10)
+            await asyncio.to_thread(receiver.wait_for, 1, 30)
         finally:
             await worker.stop()
 

@@ -216,6 +216,11 @@ class DeliveryWorker:
         self._wake.set()
 
     @property
+    def listening(self) -> bool:
+        """Whether ``LISTEN payplane_callbacks`` is in place (PostgreSQL only)."""
+        return self._listening.is_set()
+
+    @property
     def in_flight(self) -> int:
         return sum(self._inflight.values())
 
