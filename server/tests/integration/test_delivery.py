@@ -153,7 +153,7 @@ def test_an_endpoint_that_hangs_past_the_timeout_is_an_error_attempt(ctx: AppCon
     short = with_settings(ctx, callback_timeout_seconds=0.5)
 
     def hang(n: int, request: Any) -> tuple[int, float, bytes]:
-        return 200, 3.0, b"too late"
+        return 200, 10.0, b"too late"
 
     with CallbackReceiver(hang) as receiver:
         make_project(short, PROJECT, receiver.url)
@@ -166,16 +166,17 @@ def test_an_endpoint_that_hangs_past_the_timeout_is_an_error_attempt(ctx: AppCon
     [attempt] = attempts_of(ctx, row.id)
     assert attempt.http_status is None
     assert attempt.error == "no answer within 0.5 s"
-    assert 400 <= attempt.latency_ms < 2500
-    assert took < 2.5
+    assert 400 <= attempt.latency_ms < 8000
+    assert took < 8, "the worker did not wait for the 10-second answer"
 
 
 def test_a_200_that_arrives_just_inside_the_timeout_is_delivered(ctx: AppContext) -> None:
-    # The 30-second timeout scaled down: an answer after 29 s of 30 is the same case.
-    short = with_settings(ctx, callback_timeout_seconds=2.0)
+    # The 30-second timeout scaled down: a late answer well inside it is the same case as 29 s
+    # of 30 (with room for a loaded test machine).
+    short = with_settings(ctx, callback_timeout_seconds=4.0)
 
     def slow(n: int, request: Any) -> tuple[int, float, bytes]:
-        return 200, 1.4, b"ok"
+        return 200, 2.5, b"ok"
 
     with CallbackReceiver(slow) as receiver:
         make_project(short, PROJECT, receiver.url)
@@ -185,7 +186,7 @@ def test_a_200_that_arrives_just_inside_the_timeout_is_delivered(ctx: AppContext
     assert (row.state, row.attempts) == ("delivered", 1)
     [attempt] = attempts_of(ctx, row.id)
     assert attempt.http_status == 200
-    assert attempt.latency_ms >= 1400
+    assert attempt.latency_ms >= 2500
 
 
 def test_three_callbacks_of_one_payment_arrive_in_order_under_failures(

@@ -207,12 +207,12 @@ def test_a_hanging_merchant_never_holds_up_other_merchants(ctx: AppContext) -> N
             worker = DeliveryWorker(busy, poll_interval=0.2)
             await worker.start()
             try:
-                await asyncio.to_thread(stuck.wait_for, 2, 10)
+                await asyncio.to_thread(stuck.wait_for, 2, 30)
                 for n in range(20):
                     await asyncio.to_thread(
                         queued_payment, busy, project_id=PROJECT + 1, payment_id=f"ok-{n}"
                     )
-                await asyncio.to_thread(healthy.wait_for, 20, 10)
+                await asyncio.to_thread(healthy.wait_for, 20, 30)
                 stuck_seen = len(stuck.requests)
                 for _ in range(200):  # their answers are being recorded
                     rows = await asyncio.to_thread(callback_rows, busy)

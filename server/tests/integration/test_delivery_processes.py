@@ -60,7 +60,7 @@ class Worker:
             stdout=self._file,
             stderr=subprocess.STDOUT,
         )
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 90  # a loaded CI machine imports slowly
         while b"role=worker" not in log.read_bytes():
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the worker did not start:\n{log.read_text()}")
@@ -82,7 +82,7 @@ class Worker:
         self._file.close()
 
 
-def wait_until(check: Callable[[], bool], timeout: float = 20.0) -> None:
+def wait_until(check: Callable[[], bool], timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
@@ -121,7 +121,7 @@ def test_a_worker_killed_mid_delivery_loses_nothing(real_time: AppContext, tmp_p
         first = Worker(ctx, tmp_path / "worker-1.log")
         try:
             queue_many(ctx, 1, "killed")
-            receiver.wait_for(1, 20)  # the worker is in the middle of delivering it
+            receiver.wait_for(1, 60)  # the worker is in the middle of delivering it
             first.kill()
         finally:
             if first.process.poll() is None:
@@ -157,7 +157,7 @@ def test_two_worker_processes_deliver_each_callback_exactly_once(
             time.sleep(0.5)  # both are listening
             queue_many(ctx, count // 2, "a")
             queue_many(ctx, count // 2, "b")
-            receiver.wait_for(count, 60)
+            receiver.wait_for(count, 120)
             wait_until(lambda: all(r.state == "delivered" for r in callback_rows(ctx)))
             time.sleep(1.5)  # a duplicate would arrive within a poll interval
         finally:
