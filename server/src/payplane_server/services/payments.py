@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from payplane import verify
-from sqlalchemy import Connection, Row, and_, bindparam, insert, select, update
+from sqlalchemy import Connection, Row, and_, bindparam, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from ..acquirer import Authorization, Decision, Verdict, get_acquirer
@@ -35,7 +35,7 @@ from ..errors import (
     SignatureMismatch,
 )
 from .clarification import request_clarification
-from .processing import Change, start_operation, transition
+from .processing import Change, start_operation, transition_row
 from .projects import decrypt_secret
 
 __all__ = [
@@ -241,11 +241,16 @@ def expire_if_due(ctx: AppContext, payment: Row[Any]) -> Row[Any]:
         return payment
     with ctx.db.write() as conn:
         if start_operation(ctx, conn, payment) is not None:
-            transition(ctx, conn, payment.id, Change(Status.DECLINE, Code.EXPIRED))
+            moved = transition_row(ctx, conn, payment.id, Change(Status.DECLINE, Code.EXPIRED))
+            if moved is not None:
+                return moved
         return _reload(conn, payment.id)
 
 
-def _record(ctx: AppContext, conn: Connection, payment_pk: int, decision: Decision) -> None:
+def _record(
+    ctx: AppContext, conn: Connection, payment_pk: int, decision: Decision
+) -> Row[Any] | None:
+    """Record the acquirer's decision; the payment row as updated (None: read it back)."""
     if decision.verdict == Verdict.SUCCESS:
         change = Change(
             Status.SUCCESS,
@@ -262,10 +267,10 @@ def _record(ctx: AppContext, conn: Connection, payment_pk: int, decision: Decisi
         )
     elif decision.verdict == Verdict.CLARIFICATION:
         request_clarification(ctx, conn, payment_pk, decision.clarification or "customer")
-        return
+        return None
     else:
         change = Change(Status.DECLINE, decision.code, provider_payment_id=decision.reference)
-    transition(ctx, conn, payment_pk, change)
+    return transition_row(ctx, conn, payment_pk, change)
 
 
 def check_submission(
@@ -300,24 +305,21 @@ def record_submission(
 ) -> Row[Any]:
     """Step 3: record the card and the decision in one transaction; a payment that another
     submission took meanwhile is returned unchanged."""
+    card_columns = {
+        "method": "card",
+        "account_number": mask_pan(card.pan),
+        "card_fingerprint": ctx.box.fingerprint(card.pan),
+        "card_holder": card.holder,
+        "card_type": card.type,
+        "expiry_month": f"{card.expiry_month:02d}",
+        "expiry_year": f"{card.expiry_year:04d}",
+    }
     with ctx.db.write() as conn:
-        if start_operation(ctx, conn, payment) is None:
+        # The card is stored by the same conditional UPDATE that takes the payment from NEW.
+        if start_operation(ctx, conn, payment, also=card_columns) is None:
             return _reload(conn, payment.id)
-        conn.execute(
-            update(payments)
-            .where(payments.c.id == payment.id)
-            .values(
-                method="card",
-                account_number=mask_pan(card.pan),
-                card_fingerprint=ctx.box.fingerprint(card.pan),
-                card_holder=card.holder,
-                card_type=card.type,
-                expiry_month=f"{card.expiry_month:02d}",
-                expiry_year=f"{card.expiry_year:04d}",
-            )
-        )
-        _record(ctx, conn, payment.id, decision)
-        return _reload(conn, payment.id)
+        recorded = _record(ctx, conn, payment.id, decision)
+        return recorded if recorded is not None else _reload(conn, payment.id)
 
 
 def submit_card(
@@ -351,5 +353,5 @@ def complete_challenge(ctx: AppContext, payment: Row[Any], code: str) -> Row[Any
     else:
         change = Change(Status.DECLINE, decision.code or Code.THREE_DS_FAILED)
     with ctx.db.write() as conn:
-        transition(ctx, conn, payment.id, change, expect={Status.AWAITING_3DS})
-        return _reload(conn, payment.id)
+        moved = transition_row(ctx, conn, payment.id, change, expect={Status.AWAITING_3DS})
+        return moved if moved is not None else _reload(conn, payment.id)

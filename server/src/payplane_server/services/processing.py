@@ -15,7 +15,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from payplane import sign
-from sqlalchemy import Connection, Row, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Row,
+    Update,
+    bindparam,
+    exists,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -23,7 +33,7 @@ from ..context import AppContext
 from ..db.tables import balances, callbacks, operations, payments, projects
 from ..domain.callback_body import CallbackFacts, build_callback_body
 from ..domain.payments import FINAL, Code, Status, sources_of
-from .projects import decrypt_secret, project_secret
+from .projects import decrypt_secret
 
 __all__ = [
     "PROVIDER_ID",
@@ -35,6 +45,7 @@ __all__ = [
     "start_operation",
     "transition",
     "transition_many",
+    "transition_row",
 ]
 
 # The simulator's provider id in callbacks (operation.provider.id).
@@ -58,50 +69,127 @@ class Change:
     notify_merchant: bool = True
 
 
+# The single-payment path's statements are built once (with bind parameters): building and
+# cache-keying a statement costs more than running it on SQLite. Statements whose SET clause
+# depends on the change are built once per set of columns and kept.
+_PAYMENT = select(payments).where(payments.c.id == bindparam("pk"))
+_LATEST_OPERATION = (
+    select(operations)
+    .where(operations.c.payment_pk == bindparam("pk"))
+    .order_by(operations.c.id.desc())
+    .limit(1)
+)
+_LATEST_OPERATION_ID = (
+    select(func.max(operations.c.id))
+    .where(operations.c.payment_pk == bindparam("pk"))
+    .scalar_subquery()
+)
+_INSERT_OPERATION = insert(operations).returning(operations.c.id)
+# The project's secret and callback URL, and whether an earlier callback of the payment is
+# still pending, in one query.
+_CALLBACK_CONTEXT = select(
+    projects.c.secret_enc,
+    projects.c.callback_url,
+    exists()
+    .where(callbacks.c.payment_pk == bindparam("payment_pk"), callbacks.c.state == "pending")
+    .label("waiting"),
+).where(projects.c.id == bindparam("project_id"))
+_INSERT_CALLBACK = insert(callbacks)
+_INSERT_CALLBACK_ID = insert(callbacks).returning(callbacks.c.id)
+_payment_updates: dict[tuple[bool, tuple[str, ...]], Update] = {}
+_operation_updates: dict[tuple[str, ...], Update] = {}
+_credits: dict[str, Any] = {}
+
+
+def _set(table: Any, names: Sequence[str]) -> dict[str, Any]:
+    # Bind names are prefixed: a bind named like its column is reserved by SQLAlchemy.
+    return {name: bindparam(f"v_{name}", type_=table.c[name].type) for name in names}
+
+
+def _payment_update(names: tuple[str, ...], *, from_new: bool) -> Update:
+    """UPDATE payments SET <names> WHERE id = :pk AND status is NEW (``from_new``) or one
+    of :allowed, RETURNING the row."""
+    key = (from_new, names)
+    statement = _payment_updates.get(key)
+    if statement is None:
+        status_ok = (
+            payments.c.status == Status.NEW.value
+            if from_new
+            else payments.c.status.in_(bindparam("allowed", expanding=True))
+        )
+        statement = (
+            update(payments)
+            .where(payments.c.id == bindparam("pk"), status_ok)
+            .values(**_set(payments, names))
+            .returning(*payments.c)
+        )
+        _payment_updates[key] = statement
+    return statement
+
+
+def _operation_update(names: tuple[str, ...]) -> Update:
+    """UPDATE the payment's latest operation SET <names>, RETURNING the row."""
+    statement = _operation_updates.get(names)
+    if statement is None:
+        statement = (
+            update(operations)
+            .where(operations.c.id == _LATEST_OPERATION_ID)
+            .values(**_set(operations, names))
+            .returning(*operations.c)
+        )
+        _operation_updates[names] = statement
+    return statement
+
+
+def _bound(values: dict[str, Any]) -> dict[str, Any]:
+    return {f"v_{name}": value for name, value in values.items()}
+
+
 def load_payment(conn: Connection, payment_pk: int) -> Row[Any] | None:
-    return conn.execute(select(payments).where(payments.c.id == payment_pk)).first()
+    return conn.execute(_PAYMENT, {"pk": payment_pk}).first()
 
 
 def _operation(conn: Connection, payment_pk: int) -> Row[Any] | None:
-    return conn.execute(
-        select(operations)
-        .where(operations.c.payment_pk == payment_pk)
-        .order_by(operations.c.id.desc())
-        .limit(1)
-    ).first()
+    return conn.execute(_LATEST_OPERATION, {"pk": payment_pk}).first()
 
 
-def start_operation(ctx: AppContext, conn: Connection, payment: Row[Any]) -> int | None:
+def start_operation(
+    ctx: AppContext,
+    conn: Connection,
+    payment: Row[Any],
+    *,
+    also: dict[str, Any] | None = None,
+) -> int | None:
     """Move a NEW payment to PROCESSING and create its ``sale`` operation (code 9999).
 
+    ``also``: more payment columns to set in the same conditional UPDATE (the card).
     Returns the operation id, or None when the payment was not NEW any more (a double submit).
     """
     now = ctx.clock.now()
-    moved = conn.execute(
-        update(payments)
-        .where(payments.c.id == payment.id, payments.c.status == Status.NEW.value)
-        .values(status=Status.PROCESSING.value, updated_at=now)
-    )
-    if moved.rowcount != 1:
+    values: dict[str, Any] = {"status": Status.PROCESSING.value, "updated_at": now}
+    if also:
+        values.update(also)
+    statement = _payment_update(tuple(values), from_new=True)
+    moved = conn.execute(statement, {"pk": payment.id, **_bound(values)}).first()
+    if moved is None:
         return None
     result = conn.execute(
-        insert(operations)
-        .values(
-            payment_pk=payment.id,
-            project_id=payment.project_id,
-            type="sale",
-            status=Status.PROCESSING.value,
-            code=Code.AWAITING_PROCESSING,
-            message=Code.message(Code.AWAITING_PROCESSING),
-            sum_initial_amount=payment.amount,
-            sum_initial_currency=payment.currency,
-            sum_converted_amount=payment.amount,
-            sum_converted_currency=payment.currency,
-            provider_id=PROVIDER_ID,
-            request_id=secrets.token_hex(16),
-            created_at=now,
-        )
-        .returning(operations.c.id)
+        _INSERT_OPERATION,
+        {
+            "payment_pk": payment.id,
+            "project_id": payment.project_id,
+            "type": "sale",
+            "status": Status.PROCESSING.value,
+            "code": Code.AWAITING_PROCESSING,
+            "message": Code.message(Code.AWAITING_PROCESSING),
+            "sum_initial_amount": payment.amount,
+            "sum_initial_currency": payment.currency,
+            "sum_converted_amount": payment.amount,
+            "sum_converted_currency": payment.currency,
+            "provider_id": PROVIDER_ID,
+            "request_id": secrets.token_hex(16),
+            "created_at": now,
+        },
     )
     return int(result.scalar_one())
 
@@ -119,6 +207,18 @@ def transition(
 
     Returns False, changing nothing, when the payment was not in such a status.
     """
+    return transition_row(ctx, conn, payment_pk, change, expect=expect) is not None
+
+
+def transition_row(
+    ctx: AppContext,
+    conn: Connection,
+    payment_pk: int,
+    change: Change,
+    *,
+    expect: Iterable[Status] | None = None,
+) -> Row[Any] | None:
+    """``transition`` that returns the payment row as updated, or None when it did not move."""
     now = ctx.clock.now()
     allowed = frozenset(expect) if expect is not None else sources_of(change.status)
     values: dict[str, Any] = {"status": change.status.value, "updated_at": now}
@@ -130,16 +230,13 @@ def transition(
         values["clarification_deadline"] = change.clarification_deadline
     elif change.status != Status.AWAITING_CLARIFICATION:
         values["clarification_deadline"] = None
-    moved = conn.execute(
-        update(payments)
-        .where(payments.c.id == payment_pk, payments.c.status.in_([s.value for s in allowed]))
-        .values(**values)
-    )
-    if moved.rowcount != 1:
-        return False
-    payment = load_payment(conn, payment_pk)
-    operation = _operation(conn, payment_pk)
-    assert payment is not None and operation is not None
+    # RETURNING gives the rows as updated: nothing is read back.
+    payment = conn.execute(
+        _payment_update(tuple(values), from_new=False),
+        {"pk": payment_pk, "allowed": sorted(s.value for s in allowed), **_bound(values)},
+    ).first()
+    if payment is None:
+        return None
     op_values: dict[str, Any] = {
         "status": change.status.value,
         "code": change.code,
@@ -151,7 +248,10 @@ def transition(
         op_values["provider_payment_id"] = change.provider_payment_id
     if change.provider_auth_code is not None:
         op_values["provider_auth_code"] = change.provider_auth_code
-    conn.execute(update(operations).where(operations.c.id == operation.id).values(**op_values))
+    operation = conn.execute(
+        _operation_update(tuple(op_values)), {"pk": payment_pk, **_bound(op_values)}
+    ).first()
+    assert operation is not None
     if change.status == Status.SUCCESS:
         _credit(
             ctx,
@@ -161,9 +261,14 @@ def transition(
             operation.sum_converted_amount,
         )
     if change.notify_merchant:
-        body = callback_body_for(ctx, conn, payment_pk, change.clarification_fields)
-        enqueue_callback(ctx, conn, payment, operation.id, body)
-    return True
+        found = conn.execute(
+            _CALLBACK_CONTEXT, {"payment_pk": payment.id, "project_id": payment.project_id}
+        ).one()
+        secret = decrypt_secret(ctx, int(payment.project_id), found.secret_enc)
+        facts = callback_facts(payment, operation, change.clarification_fields)
+        url = json.loads(payment.params).get("merchant_callback_url") or found.callback_url
+        _queue(ctx, conn, payment, operation.id, _signed_body(facts, secret), url, found.waiting)
+    return payment
 
 
 def transition_many(
@@ -281,14 +386,17 @@ def transition_many(
 def _credit(ctx: AppContext, conn: Connection, project_id: int, currency: str, amount: int) -> None:
     # One upsert: an UPDATE-then-INSERT lets two first payments of a currency race on
     # PostgreSQL, and the loser's whole transaction (its payment) fails on the primary key.
-    upsert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-    statement = upsert(balances).values(project_id=project_id, currency=currency, amount=amount)
-    conn.execute(
-        statement.on_conflict_do_update(
+    dialect = conn.dialect.name
+    statement = _credits.get(dialect)
+    if statement is None:
+        upsert = pg_insert if dialect == "postgresql" else sqlite_insert
+        base = upsert(balances)
+        statement = base.on_conflict_do_update(
             index_elements=[balances.c.project_id, balances.c.currency],
-            set_={"amount": balances.c.amount + statement.excluded.amount},
+            set_={"amount": balances.c.amount + base.excluded.amount},
         )
-    )
+        _credits[dialect] = statement
+    conn.execute(statement, {"project_id": project_id, "currency": currency, "amount": amount})
 
 
 def callback_body_for(
@@ -301,8 +409,10 @@ def callback_body_for(
     payment = load_payment(conn, payment_pk)
     operation = _operation(conn, payment_pk)
     assert payment is not None
-    secret = project_secret(ctx, conn, int(payment.project_id))
-    assert secret is not None
+    found = conn.execute(
+        _CALLBACK_CONTEXT, {"payment_pk": payment_pk, "project_id": payment.project_id}
+    ).one()
+    secret = decrypt_secret(ctx, int(payment.project_id), found.secret_enc)
     return _signed_body(callback_facts(payment, operation, clarification_fields), secret)
 
 
@@ -383,34 +493,39 @@ def enqueue_callback(
     earlier callback of the payment is still pending; otherwise it waits (``next_attempt_at``
     NULL) until the worker finishes the one before it.
     """
-    params = json.loads(payment.params)
-    url = (
-        params.get("merchant_callback_url")
-        or conn.execute(
-            select(projects.c.callback_url).where(projects.c.id == payment.project_id)
-        ).scalar()
-    )
-    earlier = conn.execute(
-        select(callbacks.c.id)
-        .where(callbacks.c.payment_pk == payment.id, callbacks.c.state == "pending")
-        .limit(1)
-    ).first()
+    found = conn.execute(
+        _CALLBACK_CONTEXT, {"payment_pk": payment.id, "project_id": payment.project_id}
+    ).one()
+    url = json.loads(payment.params).get("merchant_callback_url") or found.callback_url
+    return _queue(ctx, conn, payment, operation_id, body, url, found.waiting, with_id=True)
+
+
+def _queue(
+    ctx: AppContext,
+    conn: Connection,
+    payment: Row[Any],
+    operation_id: int | None,
+    body: str,
+    url: str | None,
+    waiting: bool,
+    *,
+    with_id: bool = False,
+) -> int:
     now = ctx.clock.now()
-    result = conn.execute(
-        insert(callbacks)
-        .values(
-            payment_pk=payment.id,
-            project_id=payment.project_id,
-            operation_id=operation_id,
-            url=url or "",
-            body=body,
-            state="pending" if url else "failed",
-            attempts=0,
-            next_attempt_at=None if earlier or not url else now,
-            created_at=now,
-            last_error=None if url else "no callback URL configured",
-        )
-        .returning(callbacks.c.id)
-    )
+    values = {
+        "payment_pk": payment.id,
+        "project_id": payment.project_id,
+        "operation_id": operation_id,
+        "url": url or "",
+        "body": body,
+        "state": "pending" if url else "failed",
+        "attempts": 0,
+        "next_attempt_at": None if waiting or not url else now,
+        "created_at": now,
+        "last_error": None if url else "no callback URL configured",
+    }
     ctx.db.notify(conn, "callbacks")
-    return int(result.scalar_one())
+    if not with_id:
+        conn.execute(_INSERT_CALLBACK, values)
+        return 0
+    return int(conn.execute(_INSERT_CALLBACK_ID, values).scalar_one())
