@@ -322,3 +322,34 @@ def test_unsignable_input_raises_the_library_error_naming_the_problem() -> None:
             assert words in str(exc), (payload, exc)
         else:
             raise AssertionError(f"{payload!r} was signed")
+
+
+def test_the_corners_that_leave_the_fast_path_still_sign_canonically() -> None:
+    from collections import OrderedDict
+    from types import MappingProxyType
+
+    class Key(str):
+        pass
+
+    cases: list[Any] = [
+        {"a": {"x": 1}, "a-b": 2, "a.c": {"y": 3}},  # sibling prefix, followed below ':'
+        {"a": {"x": 1}, "ab": 2},  # sibling prefix, followed above ':'
+        {"l": [{"v": i} for i in range(12)]},  # long list of containers
+        {"l": list(range(12))},  # long list of scalars: indices in text order
+        {"l": [[], {}, [1], {"k": None}] * 3},
+        {"a:b": {"c": 1}, "a": {"b": {"c": 0}}},  # doubled ':' with equal paths
+        {Key("k"): 1, "j": (1, 2)},
+        OrderedDict([("b", 1), ("a", MappingProxyType({"c": 2}))]),
+        {"s": {"signature": "x", "frame_mode": "y", "z": 1}, "frame_mode": 2},
+        {"n": None, "f": 1.5, "i": 10**20, "t": True},
+    ]
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, (dict, MappingProxyType)):
+            return {str(k): plain(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        return value
+
+    for payload in cases:
+        assert signing_string(payload) == ref_canonical(plain(payload)), payload

@@ -24,15 +24,18 @@ Malformed = Callable[[str], PayplaneError]
 
 
 def _load(body: Body, what: str, malformed: Malformed) -> dict[str, Any]:
-    if isinstance(body, Mapping):
-        return body  # type: ignore[return-value]  # keys are checked while verifying
-    if isinstance(body, str):
+    kind = body.__class__
+    if kind is str or (kind is not bytes and isinstance(body, str)):
+        assert isinstance(body, str)
         if len(body) > _SAFE_TEXT_CHARS and len(body.encode("utf-8", "replace")) > MAX_BODY_BYTES:
             raise malformed(f"the {what} is larger than {MAX_BODY_BYTES} bytes")
-    elif isinstance(body, (bytes, bytearray, memoryview)):
+    elif kind is bytes or isinstance(body, (bytes, bytearray, memoryview)):
+        assert isinstance(body, (bytes, bytearray, memoryview))
         body = bytes(body)
         if len(body) > MAX_BODY_BYTES:
             raise malformed(f"the {what} is larger than {MAX_BODY_BYTES} bytes")
+    elif isinstance(body, Mapping):
+        return body  # type: ignore[return-value]  # keys are checked while verifying
     else:
         raise malformed(f"the {what} must be str, bytes or a dict, not {type(body).__name__}")
     try:
@@ -78,17 +81,18 @@ def verified_data(
     signature = find_signature(data)
     if signature is None:
         raise InvalidSignature(f"the {what} carries no signature")
-    if _decode_signature(signature) is None:
+    expected = _decode_signature(signature)
+    if expected is None:
         raise InvalidSignature(
             f"the {what}'s signature is not Base64 of a 64-byte HMAC-SHA512 digest"
         )
     try:
-        genuine = key.verify(data, signature)
+        genuine = key.verify_digest(data, expected)
     except InvalidParameter as exc:
         raise malformed(f"the {what} cannot be read: {exc}") from exc
     if not genuine:
         raise InvalidSignature(f"the {what}'s signature does not match its content")
-    if isinstance(given, Mapping):
+    if data is given:
         data = _copy(data)  # the caller's dict may change later; the verified copy may not
     if require_payment:
         payment = data.get("payment")

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import re
-import urllib.parse
 from typing import Any
 
 from ._callback import Body, Callback, verified_data
 from ._exceptions import InvalidParameter, ParamProblem, UnexpectedResponse, ValidationException
 from ._http import HttpClient, Response, check_base_url, load_json_object
-from ._payment import Payment, _wire
+from ._payment import Payment
 from ._signature import SigningKey
 
 __all__ = ["DEFAULT_PAYMENT_PAGE_URL", "Gate"]
@@ -18,13 +17,30 @@ __all__ = ["DEFAULT_PAYMENT_PAGE_URL", "Gate"]
 DEFAULT_PAYMENT_PAGE_URL = "http://127.0.0.1:8080"
 
 _UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*").fullmatch
+# What each byte of UTF-8 text becomes in a query: itself if unreserved, else %XX.
+_BYTE_ESCAPES = [
+    chr(byte) if _UNRESERVED(chr(byte)) else f"%{byte:02X}" for byte in range(256)
+].__getitem__
+_NAMES: dict[str, str] = {}
 
 
 def _quote(text: str) -> str:
     """Percent-encode everything but RFC 3986's unreserved characters (space as %20)."""
     if _UNRESERVED(text):
         return text
-    return urllib.parse.quote(text, safe="")
+    try:
+        return "".join(map(_BYTE_ESCAPES, text.encode("utf-8")))
+    except UnicodeEncodeError as exc:
+        raise InvalidParameter("a parameter is not valid Unicode text") from exc
+
+
+def _quote_name(name: str) -> str:
+    quoted = _NAMES.get(name)
+    if quoted is None:
+        quoted = _quote(name)
+        if len(_NAMES) < 256:
+            _NAMES[name] = quoted
+    return quoted
 
 
 def _query(params: dict[str, Any]) -> str:
@@ -32,12 +48,11 @@ def _query(params: dict[str, Any]) -> str:
     for name, value in params.items():
         kind = value.__class__
         if kind is str:
-            text = _quote(value)
+            parts.append(_quote_name(name) + "=" + _quote(value))
         elif kind is bool:
-            text = "1" if value else "0"
+            parts.append(_quote_name(name) + ("=1" if value else "=0"))
         else:
-            text = str(value)
-        parts.append(_quote(name) + "=" + text)
+            parts.append(f"{_quote_name(name)}={value}")
     return "&".join(parts)
 
 
@@ -71,12 +86,30 @@ class Gate:
 
     def get_purchase_payment_page_url(self, payment: Payment) -> str:
         """The signed Payment Page URL of ``payment`` (signature percent-encoded)."""
+        # One pass renders both the query and the signed items. Payment.set_param already
+        # refused ';' in values and guarantees a flat dict of text, integers and booleans.
         params = payment._params
+        query = []
+        items = {}
+        plain = True
         for name, value in params.items():
-            if value.__class__ is str and ";" in value:  # set_param refuses it; be sure
-                _wire(name, value)
-        signature = self._key.sign(params)
-        return self._payment_url + _query(params) + "&signature=" + _quote_signature(signature)
+            if isinstance(value, str):
+                query.append(f"{_quote_name(name)}={_quote(value)}")
+            elif value.__class__ is bool:
+                value = "1" if value else "0"
+                query.append(f"{_quote_name(name)}={value}")
+            else:
+                query.append(f"{_quote_name(name)}={value}")
+            items[name] = f"{name}:{value}"
+            if ":" in name:
+                plain = False
+        if plain:
+            items.pop("frame_mode", None)
+            signature = self._key.sign_string(";".join(map(items.__getitem__, sorted(items))))
+        else:
+            signature = self._key.sign(params)  # ':' in a name: the general walk doubles it
+        query.append("signature=" + _quote_signature(signature))
+        return self._payment_url + "&".join(query)
 
     def get_payment_page_url(self, payment: Payment) -> str:
         """Test mode: have the parameter check service validate ``payment``, then build the URL.

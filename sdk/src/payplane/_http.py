@@ -100,22 +100,43 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+# One scanner for every body (json.loads with keyword arguments would build a decoder per
+# call); called directly, it skips the decoder's Python-level wrapping.
+_SCAN = json.JSONDecoder(parse_constant=_reject_constant).scan_once
+_WHITESPACE = " \t\n\r"
+
+
+def _decode(text: str) -> Any:
+    start = 0
+    if text[:1] in _WHITESPACE:
+        start = len(text) - len(text.lstrip(_WHITESPACE))
+    try:
+        data, end = _SCAN(text, start)
+    except StopIteration as exc:
+        raise ValueError(f"Expecting value: char {exc.value}") from None
+    if end != len(text) and text[end:].strip(_WHITESPACE):
+        raise ValueError(f"Extra data: char {end}")
+    return data
+
+
 def load_json_object(body: bytes | str) -> dict[str, Any]:
-    """Parse a JSON object; ``ValueError`` with a reason for anything else.
+    """Parse a JSON object from UTF-8 bytes or text; ``ValueError`` naming the reason otherwise.
 
     Callers turn the ``ValueError`` into the error of their surface (callback or response).
     """
     try:
-        data = json.loads(body, parse_constant=_reject_constant)
+        text = body if isinstance(body, str) else bytes(body).decode("utf-8-sig")
+        data = _decode(text)
     except RecursionError as exc:
         raise ValueError("the JSON nests too deep to be read") from exc
     except UnicodeDecodeError as exc:
         raise ValueError("the body is not UTF-8 text") from exc
     except ValueError as exc:
         raise ValueError(f"the body is not JSON: {exc}") from exc
-    if not isinstance(data, dict):
+    if data.__class__ is not dict:
         raise ValueError(f"the body is JSON but not an object (it is a {_json_kind(data)})")
-    return data
+    result: dict[str, Any] = data
+    return result
 
 
 def _json_kind(value: object) -> str:

@@ -7,19 +7,20 @@ and nulls found in Payment Page URLs. Every variant still needs the secret.
 
 Speed matters here (the platform signs and verifies on every request), so the HMAC keys are
 prepared once per secret (RFC 2104's inner and outer pads hashed ahead of time; each message then
-costs two hash copies instead of a full HMAC set-up), a flat mapping of text and integers takes a
-short path, and the general walk sorts by key alone unless a key contained ``:``.
+costs two hash copies instead of a full HMAC set-up), and ordinary payloads (plain dicts and
+lists, no ``:`` in keys, no sibling-prefix corner) are walked level by level in sorted order,
+which is the canonical order for them, so no global sort is needed; everything else takes the
+general walk.
 """
 
 from __future__ import annotations
 
-import base64
 import binascii
 import hashlib
 import hmac
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from operator import itemgetter
 from typing import Any, Callable
 
@@ -122,27 +123,84 @@ def _walk_value(value: Any, path: str, out: list[Item], double: bool, depth: int
     return False
 
 
-def _flat_fast(params: Mapping[str, Any]) -> str | None:
-    """The canonical string of a flat mapping of str/int/bool values, or None if it is not."""
-    parts = []
+def _walk_sorted(node: dict[Any, Any], prefix: str, out: list[str], depth: int) -> bool:
+    """Append the canonical ``path:value`` items of ``node`` in canonical order.
+
+    The fast path for ordinary payloads: each level's keys are sorted and walked in order,
+    which gives the global order of section 1 unless a key contains ``:`` or a non-empty
+    container's key is a prefix of a sibling's key followed by a character below ``:``
+    (``a`` and ``a-b``), or a list of more than ten elements holds containers. In those cases
+    (and for keys that are not text, or containers of other types) it returns False, leaving
+    ``out`` incomplete, and the general walk decides. Raises for nesting deeper than allowed.
+    """
     try:
-        keys = sorted(params)
+        keys = sorted(node)
+        if ":" in "".join(keys):  # also refuses keys that are not text (TypeError)
+            return False
     except TypeError:
-        return None  # keys of mixed types: the general walk names the bad key
+        return False
+    if "signature" in node or "frame_mode" in node:
+        keys = [key for key in keys if key not in _EXCLUDED]
+    append = out.append
+    pending = None  # the key of the last non-empty container, until the next key is seen
     for key in keys:
-        value = params[key]
-        kind = value.__class__
+        if pending is not None:
+            if key.startswith(pending) and key[len(pending)] < ":":
+                return False
+            pending = None
+        child = node[key]
+        kind = child.__class__
         if kind is str or kind is int:
-            if key.__class__ is not str or ":" in key or key in _EXCLUDED:
-                return None
-            parts.append(f"{key}:{value}")
+            append(f"{prefix}{key}:{child}")
+        elif kind is dict or kind is list:
+            if depth >= MAX_DEPTH:
+                raise _too_deep(prefix + key)
+            if not child:
+                continue
+            pending = key
+            if kind is dict:
+                if not _walk_sorted(child, f"{prefix}{key}:", out, depth + 1):
+                    return False
+            elif not _walk_sorted_list(child, prefix + key, out, depth + 1):
+                return False
         elif kind is bool:
-            if key.__class__ is not str or ":" in key or key in _EXCLUDED:
-                return None
-            parts.append(key + (":1" if value else ":0"))
+            append(f"{prefix}{key}:{'1' if child else '0'}")
+        elif isinstance(child, (Mapping, list, tuple)):
+            return False
         else:
-            return None
-    return ";".join(parts)
+            append(f"{prefix}{key}:{_text(child, prefix + key)}")
+    return True
+
+
+def _walk_sorted_list(node: list[Any], path: str, out: list[str], depth: int) -> bool:
+    """``_walk_sorted`` for a list: indices in text order, as the flattened keys sort."""
+    if len(node) > 10:
+        for child in node:
+            if isinstance(child, (Mapping, list, tuple)) and child:
+                return False
+        order: Iterable[int] = sorted(range(len(node)), key=str)
+    else:
+        order = range(len(node))
+    for index in order:
+        child = node[index]
+        kind = child.__class__
+        if kind is str or kind is int:
+            out.append(f"{path}:{index}:{child}")
+        elif kind is dict or kind is list:
+            if depth >= MAX_DEPTH:
+                raise _too_deep(f"{path}:{index}")
+            if kind is dict:
+                if not _walk_sorted(child, f"{path}:{index}:", out, depth + 1):
+                    return False
+            elif not _walk_sorted_list(child, f"{path}:{index}", out, depth + 1):
+                return False
+        elif kind is bool:
+            out.append(f"{path}:{index}:{'1' if child else '0'}")
+        elif isinstance(child, (Mapping, list, tuple)):
+            return False
+        else:
+            out.append(f"{path}:{index}:{_text(child, f'{path}:{index}')}")
+    return True
 
 
 def _items(params: Mapping[str, Any], double: bool) -> tuple[list[Item], bool]:
@@ -164,9 +222,9 @@ def signing_string(params: Mapping[str, Any]) -> str:
     or nesting deeper than ``MAX_DEPTH``.
     """
     if params.__class__ is dict:
-        fast = _flat_fast(params)
-        if fast is not None:
-            return fast
+        out: list[str] = []
+        if _walk_sorted(params, "", out, 1):
+            return ";".join(out)
     items, colon = _items(params, True)
     # Without ':' in any key, flattened keys are unique and sorting by key alone is total; a
     # doubled ':' can make two paths equal, and then the value decides, so that insertion
@@ -222,6 +280,10 @@ class SigningKey:
         expected = _decode_signature(signature)
         if expected is None:
             return False
+        return self.verify_digest(params, expected)
+
+    def verify_digest(self, params: Mapping[str, Any], expected: bytes) -> bool:
+        """``verify`` with the signature already decoded to its 64 bytes."""
         message = signing_string(params)
         if hmac.compare_digest(self.digest(_utf8(message)), expected):
             return True
@@ -264,13 +326,16 @@ def _decode_signature(signature: object) -> bytes | None:
     if signature.__class__ is not str:
         return None
     assert isinstance(signature, str)
-    if len(signature) != 88 or not signature.endswith("=="):
+    if len(signature) != 88 or not signature.endswith("==") or not signature.isascii():
         return None
     try:
-        raw = base64.b64decode(signature, validate=True)
+        raw = binascii.a2b_base64(signature)
     except (binascii.Error, ValueError):
         return None
-    return raw if len(raw) == 64 else None
+    # a2b_base64 skips characters outside the alphabet; the round trip refuses them.
+    if len(raw) != 64 or binascii.b2a_base64(raw, newline=False) != signature.encode("ascii"):
+        return None
+    return raw
 
 
 def is_base64_signature(signature: object) -> bool:
