@@ -9,7 +9,7 @@ import ssl
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ._exceptions import InvalidParameter, ServiceUnreachable, UnexpectedResponse
 
@@ -102,7 +102,9 @@ def _reject_constant(name: str) -> Any:
 
 # One scanner for every body (json.loads with keyword arguments would build a decoder per
 # call); called directly, it skips the decoder's Python-level wrapping.
-_SCAN = json.JSONDecoder(parse_constant=_reject_constant).scan_once
+_SCAN: Callable[[str, int], tuple[Any, int]] = vars(
+    json.JSONDecoder(parse_constant=_reject_constant)
+)["scan_once"]
 _WHITESPACE = " \t\n\r"
 
 
