@@ -49,7 +49,7 @@ def _merchant_for(ctx: AppContext, merchant_id: int | None, project_id: int | No
             return int(owner)
         if merchant_id is not None:
             return merchant_id
-        ids = list(conn.execute(select(merchants.c.id).limit(2)).scalars())
+        ids: list[int] = list(conn.execute(select(merchants.c.id).limit(2)).scalars())
     if len(ids) != 1:
         raise _fail("say which merchant with --merchant ID or --project ID")
     return int(ids[0])

@@ -317,7 +317,8 @@ def projects_of(conn: Connection, user: User) -> list[int]:
     else:
         sql, params = _GRANTED_PROJECTS, (user.id, user.merchant_id)
     rows = conn.exec_driver_sql(sql.replace("?", "%s") if postgres else sql, params)
-    return sorted(int(pid) for pid in rows.scalars())
+    project_ids: list[Any] = list(rows.scalars())
+    return sorted(int(pid) for pid in project_ids)
 
 
 # The Data API reads project access on every request: driver-level SQL, same text on both engines.

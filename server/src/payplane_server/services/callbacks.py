@@ -282,7 +282,7 @@ def resend_callback(ctx: AppContext, callback_id: int) -> ResendOutcome | None:
             )
             .limit(1)
         ).first()
-        new_id = conn.execute(
+        new_id: int = conn.execute(
             insert(callbacks)
             .values(
                 payment_pk=row.payment_pk,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
 
@@ -146,7 +147,7 @@ def authenticate_token(ctx: AppContext, conn: Connection, token: str) -> tuple[U
         return None
     token_hash = hash_token(token)
     sql = _BY_HASH if conn.dialect.name == "sqlite" else _BY_HASH.replace("?", "%s")
-    row = conn.exec_driver_sql(sql, (token_hash,)).first()
+    row: Any = conn.exec_driver_sql(sql, (token_hash,)).first()
     if row is None:
         return None
     state, secret_enc, deleted_at, user_id, merchant_id, email, name, role, manage, created = row

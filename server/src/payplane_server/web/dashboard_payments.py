@@ -83,9 +83,9 @@ def _parse_search(
     )
     paging: dict[str, Any] = {}
     for name, key in (("older", "older_than"), ("newer", "newer_than")):
-        raw = params.get(name)
-        if raw:
-            cursor = queries.Cursor.decode(raw)
+        cursor_text = params.get(name)
+        if cursor_text:
+            cursor = queries.Cursor.decode(cursor_text)
             if cursor is None:
                 raise BadQuery("The page link is broken; start the search again.")
             paging[key] = cursor
