@@ -204,10 +204,14 @@ def _new_payment(ctx: AppContext, request: PaymentRequest, now: datetime) -> dic
 
 def find_by_token(ctx: AppContext, token: str) -> Row[Any]:
     """The payment behind a page token, or ``PaymentNotFound``."""
+    with ctx.db.read() as conn:
+        return _by_token(conn, token)
+
+
+def _by_token(conn: Connection, token: str) -> Row[Any]:
     if not 16 <= len(token) <= 64 or not token.replace("-", "").replace("_", "").isalnum():
         raise PaymentNotFound()
-    with ctx.db.read() as conn:
-        row = conn.execute(_BY_TOKEN, {"token": token}).first()
+    row = conn.execute(_BY_TOKEN, {"token": token}).first()
     if row is None:
         raise PaymentNotFound()
     return row
@@ -219,11 +223,12 @@ def _latest_operation(conn: Connection, payment_pk: int) -> Row[Any] | None:
 
 def page_state(ctx: AppContext, token: str) -> PageState:
     """The payment behind a page token with its latest operation."""
-    payment = find_by_token(ctx, token)
-    if payment.status == Status.NEW.value:
-        return PageState(expire_if_due(ctx, payment), None)
+    # One read transaction for the payment and its operation.
     with ctx.db.read() as conn:
-        return PageState(payment, _latest_operation(conn, payment.id))
+        payment = _by_token(conn, token)
+        if payment.status != Status.NEW.value:
+            return PageState(payment, _latest_operation(conn, payment.id))
+    return PageState(expire_if_due(ctx, payment), None)
 
 
 def _reload(conn: Connection, payment_pk: int) -> Row[Any]:

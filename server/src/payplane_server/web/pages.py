@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
+from jinja2 import Environment, FileSystemLoader, Template, select_autoescape
 from starlette.responses import HTMLResponse
 
 from .i18n import negotiate, translations
@@ -32,6 +32,8 @@ _env = Environment(
     cache_size=-1,
 )
 
+# Jinja's own cache still takes a lock and checks the loader on every lookup.
+_templates: dict[str, Template] = {}
 Gettext = Callable[..., str]
 _gettexts: dict[str, Gettext] = {}
 
@@ -54,7 +56,10 @@ def gettext_for(language: str) -> Gettext:
 def render(template: str, language: str, **values: Any) -> str:
     """The HTML text of ``template`` in ``language``."""
     language = negotiate(language)
-    return _env.get_template(template).render(lang=language, _=gettext_for(language), **values)
+    compiled = _templates.get(template)
+    if compiled is None:
+        compiled = _templates[template] = _env.get_template(template)
+    return compiled.render(lang=language, _=gettext_for(language), **values)
 
 
 def render_page(template: str, language: str, status: int = 200, **values: Any) -> HTMLResponse:

@@ -26,6 +26,7 @@ import hmac
 import json
 from collections.abc import Awaitable, Callable
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 import anyio.to_thread
@@ -138,9 +139,14 @@ def _language(payment: Row[Any]) -> str:
     return negotiate(payment.language_code)
 
 
+# Babel's pattern application costs more than the rest of a page's values; the function is
+# pure, so the amounts shown recently are kept.
+_format_amount = lru_cache(maxsize=4096)(format_amount)
+
+
 def _summary(payment: Row[Any], language: str) -> dict[str, Any]:
     return {
-        "amount": format_amount(int(payment.amount), payment.currency, language),
+        "amount": _format_amount(int(payment.amount), payment.currency, language),
         "description": payment.description,
         "payment_id": payment.payment_id,
         "token": payment.page_token,
