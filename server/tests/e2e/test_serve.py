@@ -54,7 +54,7 @@ def _start(tmp_path: Path, *extra: str) -> Served:
         text=True,
     )
     served = Served(process, port, api_port, log)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         assert process.poll() is None, log.read_text()
         try:
