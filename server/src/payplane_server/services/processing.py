@@ -348,7 +348,7 @@ def transition_many(
     secrets_by_project = {
         pid: decrypt_secret(ctx, pid, row.secret_enc) for pid, row in project_rows.items()
     }
-    waiting_turn = set(
+    waiting_turn: set[int] = set(
         conn.execute(
             select(callbacks.c.payment_pk)
             .where(callbacks.c.payment_pk.in_(moved), callbacks.c.state == "pending")
