@@ -110,14 +110,14 @@ def test_a_killed_serving_process_is_replaced_and_service_goes_on(
     serve: Callable[..., Served],
 ) -> None:
     served = serve("--workers", "2")
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 90
     while len(served.children()) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
     before = served.children()
     assert len(before) == 2
     victim = min(before)
     os.kill(victim, signal.SIGKILL)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         now = served.children()
         if len(now) == 2 and victim not in now:
