@@ -4,10 +4,12 @@ and the end-state checks of the chaos and scale-out tests (also used by bench/sc
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -28,18 +30,19 @@ from payplane_server.db import Database, migrate
 from payplane_server.db.tables import balances, callbacks, payments
 from payplane_server.services.projects import create_project
 from payplane_server.testing import CallbackReceiver, free_port
-from payplane_server.testing.customer import Customer, signed_url
+from payplane_server.testing.customer import csrf_of, signed_url
 
 MASTER_KEY = base64.b64encode(b"c" * 32).decode()
 PROJECT = 402
 SECRET = "chaos-project-secret"
-SUCCESS, DECLINE, CLARIFY, FRICTIONLESS = (
-    "4000000000000077",
-    "4111111111111111",
-    "4000000000000200",
-    "4477000000000006",
-)
-CARDS = [SUCCESS, DECLINE, CLARIFY, FRICTIONLESS, SUCCESS, CLARIFY]
+SUCCESS = "4000000000000077"
+DECLINE = "4111111111111111"
+INSUFFICIENT = "4000000000000135"
+TIMEOUT_CARD = "4539121411168251"
+CHALLENGE = "4314220000000056"
+FRICTIONLESS = "4477000000000006"
+CLARIFY = "4000000000000200"
+AVS = "4000000000000218"
 FINAL = ("success", "decline")
 
 
@@ -188,22 +191,69 @@ class Load:
     errors: Counter[str] = field(default_factory=Counter)
 
 
-def _status(db: Database, payment_id: str) -> str | None:
-    with db.read() as conn:
-        return conn.execute(
-            select(payments.c.status).where(
-                payments.c.project_id == PROJECT, payments.c.payment_id == payment_id
-            )
-        ).scalar()
+# The mix of the simulator's cards: what payment n pays with, and how the generator answers
+# what follows (a 3-D Secure code, a clarification or nothing). Clarifications of payments
+# with n % 5 == 2 are not answered: their timer declines them with 603.
+CARD_PLAN: list[tuple[str, str | None]] = [
+    (SUCCESS, None),
+    (DECLINE, None),
+    (CLARIFY, "consent"),
+    (FRICTIONLESS, None),
+    (CHALLENGE, "1234"),
+    (INSUFFICIENT, None),
+    (SUCCESS, None),
+    (AVS, "avs"),
+    (CHALLENGE, "0000"),  # a wrong code: declined with 10104
+    (TIMEOUT_CARD, None),
+    (CLARIFY, "refuse"),  # psu_consent "0": declined
+    (SUCCESS, None),
+]
+_LOCATION_TOKEN = re.compile(r"/pay/([A-Za-z0-9_-]{16,64})(/[a-z0-9]+)?")
+_CLARIFICATION_ANSWERS: dict[str, dict[str, Any]] = {
+    "consent": {"customer": {"psu_consent": "1"}},
+    "refuse": {"customer": {"psu_consent": "0"}},
+    "avs": {"avs_data": {"avs_post_code": "SW1A 1AA", "avs_street_address": "10 Downing St"}},
+}
 
 
-def pay_one(cluster: Cluster, db: Database, load: Load, index: int, prefix: str) -> None:
-    """Open and pay payment ``index`` through the web processes in turn, retrying through the
-    next one whenever a process is down; clarification payments with an even index are
-    answered through the Gate API, the others are left to their timer."""
-    webs = cluster.webs
+class _Retry(Exception):
+    """The step met a process that was down or restarting: try again through the next one."""
+
+
+async def _step(client: httpx.AsyncClient, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    try:
+        response = await client.request(method, path, follow_redirects=False, **kwargs)
+    except httpx.HTTPError as error:
+        raise _Retry(type(error).__name__) from None
+    if response.status_code >= 500:
+        raise _Retry(f"HTTP {response.status_code}")
+    return response
+
+
+def _where(response: httpx.Response) -> tuple[str, str]:
+    """(page token, page) of a Payment Page answer: a page of its own or a 303 to one."""
+    if response.status_code == 303:
+        match = _LOCATION_TOKEN.search(response.headers.get("location", ""))
+        if match is None:
+            raise AssertionError(f"303 to {response.headers.get('location')!r}")
+        return match.group(1), (match.group(2) or "/")[1:]
+    if response.status_code != 200:
+        raise AssertionError(f"HTTP {response.status_code}: {response.text[:200]}")
+    match = _LOCATION_TOKEN.search(response.text)
+    if match is None:
+        raise AssertionError("no page token on the page")
+    page = "card" if 'name="pan"' in response.text else "method"
+    return match.group(1), page
+
+
+async def _pay_one(clients: list[httpx.AsyncClient], load: Load, index: int, prefix: str) -> None:
+    """Open and pay payment ``index`` as a customer would, through the web processes in turn.
+
+    Every step that meets a dead process is retried through the next one, starting again from
+    the signed URL (opening it again is idempotent and shows where the payment is), so the
+    generator learns the payment's state from the Payment Page alone, as a browser does."""
     payment_id = f"{prefix}-{index}"
-    card = CARDS[index % len(CARDS)]
+    card, follow_up = CARD_PLAN[index % len(CARD_PLAN)]
     params = {
         "project_id": str(PROJECT),
         "payment_id": payment_id,
@@ -211,72 +261,79 @@ def pay_one(cluster: Cluster, db: Database, load: Load, index: int, prefix: str)
         "payment_currency": "EUR",
         "customer_id": f"c-{index}",
     }
+    if index % 2:
+        params["force_payment_method"] = "card"
     url = signed_url(params, SECRET)
-    token = None
-    for attempt in range(200):
-        web = webs[(index + attempt) % len(webs)]
+    for attempt in range(400):
+        client = clients[(index + attempt) % len(clients)]
         try:
-            with httpx.Client(base_url=web.url, timeout=10) as client:
-                if token is None:
-                    _, token = Customer(client).open(url)
-                    if token is None:
-                        raise AssertionError("no page token")
-                    load.registered.add(payment_id)
-                if _status(db, payment_id) == "new":
-                    Customer(client).pay(token, card)
-                status = _status(db, payment_id)
-                if status == "new":
-                    raise AssertionError("still new")
-                if card == CLARIFY and index % 2 == 0 and status == "awaiting clarification":
-                    body: dict[str, Any] = {
-                        "general": {"project_id": PROJECT, "payment_id": payment_id},
-                        "additional_data": {"customer": {"psu_consent": "1"}},
-                    }
-                    body["general"]["signature"] = sign(body, SECRET)
-                    answer = client.post("/v2/payment/clarification", json=body)
-                    if answer.status_code == 200:
-                        load.clarified.add(payment_id)
-                    elif answer.status_code != 409:
-                        raise AssertionError(f"gate {answer.status_code}")
-                return
-        except (httpx.HTTPError, AssertionError) as error:
-            load.errors[type(error).__name__] += 1
-            time.sleep(0.25)
+            form = await _step(client, "GET", url)
+            token, page = _where(form)
+            load.registered.add(payment_id)
+            if page == "method":
+                form = await _step(client, "GET", f"/pay/{token}/card")
+                _, page = _where(form)
+            if page == "card":
+                data = {
+                    "csrf_token": csrf_of(form.text),
+                    "pan": card,
+                    "expiry": "12/30",
+                    "cvv": "123",
+                    "holder": "Chaos Customer",
+                }
+                _, page = _where(await _step(client, "POST", f"/pay/{token}/card", data=data))
+            if page == "3ds":
+                form = await _step(client, "GET", f"/pay/{token}/3ds")
+                if form.status_code == 200:
+                    data = {"csrf_token": csrf_of(form.text), "code": follow_up or ""}
+                    _, page = _where(await _step(client, "POST", f"/pay/{token}/3ds", data=data))
+            if page in ("3ds", "method", "card"):
+                raise _Retry(f"still on {page}")
+            answer = _CLARIFICATION_ANSWERS.get(follow_up or "")
+            if page == "waiting" and answer is not None and index % 5 != 2:
+                body: dict[str, Any] = {
+                    "general": {"project_id": PROJECT, "payment_id": payment_id},
+                    "additional_data": answer,
+                }
+                body["general"]["signature"] = sign(body, SECRET)
+                gate = await _step(client, "POST", "/v2/payment/clarification", json=body)
+                if gate.status_code == 200:
+                    load.clarified.add(payment_id)
+                elif gate.status_code != 409:  # 409: not (or no longer) waiting
+                    raise AssertionError(f"gate answered {gate.status_code}: {gate.text}")
+            return
+        except _Retry as retry:
+            load.errors[str(retry)] += 1
+            await asyncio.sleep(0.1)
     raise AssertionError(f"payment {payment_id} could not be completed")
 
 
 def run_load(
-    cluster: Cluster, count: int, *, threads: int = 4, prefix: str = "p"
+    cluster: Cluster, count: int, *, customers: int = 24, prefix: str = "p"
 ) -> tuple[Load, float]:
-    db = Database(cluster.database_url)
+    """``customers`` concurrent customers pay ``count`` payments through the web processes."""
     load = Load()
-    indexes = iter(range(count))
-    lock = threading.Lock()
-    failures: list[BaseException] = []
 
-    def worker() -> None:
-        while True:
-            with lock:
-                index = next(indexes, None)
-            if index is None:
-                return
-            try:
-                pay_one(cluster, db, load, index, prefix)
-            except BaseException as error:
-                failures.append(error)
-                return
+    async def main() -> None:
+        indexes = iter(range(count))
+        limits = httpx.Limits(max_connections=customers, max_keepalive_connections=customers)
+        clients = [
+            httpx.AsyncClient(base_url=web.url, timeout=30, limits=limits) for web in cluster.webs
+        ]
+
+        async def customer() -> None:
+            for index in indexes:
+                await _pay_one(clients, load, index, prefix)
+
+        try:
+            await asyncio.gather(*(customer() for _ in range(customers)))
+        finally:
+            for client in clients:
+                await client.aclose()
 
     started = time.monotonic()
-    pool = [threading.Thread(target=worker) for _ in range(threads)]
-    for thread in pool:
-        thread.start()
-    for thread in pool:
-        thread.join()
-    elapsed = time.monotonic() - started
-    db.dispose()
-    if failures:
-        raise failures[0]
-    return load, elapsed
+    asyncio.run(main())
+    return load, time.monotonic() - started
 
 
 def chaos(cluster: Cluster, stop: threading.Event, seed: int, kills: int) -> list[str]:
@@ -367,15 +424,13 @@ def _check(db: Database, load: Load, receiver: CallbackReceiver) -> Verdict:
     for payment_pk, order in received.items():
         if order != sorted(order):
             violations.append(f"callbacks of payment {payment_pk} out of order: {order}")
+    last_of: dict[int, Any] = {q.payment_pk: q for q in queued}  # queued is in id order
     for row in rows:
         if row.status in FINAL:
-            last = [q.id for q in queued if q.payment_pk == row.id]
-            if not last or last[-1] not in received.get(row.id, []):
+            last = last_of.get(row.id)
+            if last is None or last.id not in received.get(row.id, []):
                 violations.append(f"final callback of {row.payment_id} not received")
-            elif (
-                json.loads(next(q.body for q in queued if q.id == last[-1]))["payment"]["status"]
-                != row.status
-            ):
+            elif json.loads(last.body)["payment"]["status"] != row.status:
                 violations.append(f"last callback of {row.payment_id} is not its final status")
     return Verdict(
         payments=len(rows),

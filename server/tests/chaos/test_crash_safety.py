@@ -1,13 +1,15 @@
 """Crash safety and scale-out with real ``payplane-server serve`` processes on loopback.
 
-The chaos tests open and pay payments across the simulator's cards (clarifications answered
-through the Gate API or left to their 2-second timer) while a seeded chaos thread SIGKILLs
-processes and restarts them; afterwards no payment is lost or duplicated, every final status's
-callback was received (at least once, in order per payment), no timer was lost and the balance
-equals the successful payments. SQLite: two ``--role all`` processes on one database file (as
-``serve --workers 2``); PostgreSQL: two ``--role web`` and two ``--role worker`` processes.
-``PAYPLANE_CHAOS_PAYMENTS`` and ``PAYPLANE_CHAOS_KILLS`` make the run bigger
-(docs/reliability.md)."""
+The chaos tests open and pay 3,000 payments per engine across the simulator's cards (3-D Secure
+challenges answered right and wrong, clarifications answered through the Gate API, refused, or
+left to their 2-second timer), 24 customers at a time, while a seeded chaos thread SIGKILLs web
+and worker processes at random moments and restarts them; afterwards no payment is lost or
+duplicated, every final status's callback was received (at least once, in order per payment), no
+timer was lost and the balance equals the successful payments. SQLite: two ``--role all``
+processes on one database file (as ``serve --workers 2``); PostgreSQL: two ``--role web`` and
+two ``--role worker`` processes.
+``PAYPLANE_CHAOS_PAYMENTS``, ``PAYPLANE_CHAOS_KILLS`` and ``PAYPLANE_CHAOS_SEED`` change the
+run (docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import json
 import os
 import sys
 import threading
+from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -31,8 +34,8 @@ from cluster import Cluster, chaos, run_load, settle_and_check
 
 pytestmark = pytest.mark.slow
 
-PAYMENTS = int(os.environ.get("PAYPLANE_CHAOS_PAYMENTS", "40"))
-KILLS = int(os.environ.get("PAYPLANE_CHAOS_KILLS", "2"))
+PAYMENTS = int(os.environ.get("PAYPLANE_CHAOS_PAYMENTS", "3000"))
+KILLS = int(os.environ.get("PAYPLANE_CHAOS_KILLS", "12"))
 SEED = int(os.environ.get("PAYPLANE_CHAOS_SEED", "8"))
 REPORT = os.environ.get("PAYPLANE_CHAOS_REPORT")
 
@@ -53,6 +56,11 @@ def _chaos_run(cluster: Cluster, engine: str) -> None:
                 stop.set()
                 killer.join()
             verdict = settle_and_check(cluster, load, receiver)
+    timer_declines = {
+        body["payment"]["id"]
+        for body in (request.json() for request in receiver.requests)
+        if body["operation"]["code"] == "603"
+    }
     figures = {
         "engine": engine,
         "payments": verdict.payments,
@@ -61,7 +69,9 @@ def _chaos_run(cluster: Cluster, engine: str) -> None:
         "final": verdict.final,
         "callbacks_delivered": verdict.callbacks_delivered,
         "callback_requests_received": len(receiver.requests),
+        "timer_declines": len(timer_declines),
         "kills": len(killed),
+        "killed": dict(Counter(killed)),
         "restarts": sum(p.restarts for p in cluster.processes),
         "client_retries": sum(load.errors.values()),
         "seconds": round(elapsed, 1),
@@ -73,7 +83,9 @@ def _chaos_run(cluster: Cluster, engine: str) -> None:
             out.write(json.dumps(figures) + "\n")
     assert verdict.violations == [], verdict.violations[:20]
     assert len(load.registered) == PAYMENTS == verdict.payments
-    assert killed, "the chaos thread killed nothing"
+    assert timer_declines, "no clarification timer fired"
+    roles = {next(p.role for p in cluster.processes if p.name == name) for name in killed}
+    assert roles == {p.role for p in cluster.processes}, f"only {roles} processes were killed"
 
 
 def test_sigkilled_all_in_one_processes_on_sqlite_lose_nothing(tmp_path: Path) -> None:
@@ -115,7 +127,7 @@ def test_two_web_and_two_worker_processes_share_the_flow_timers_and_rate_limit(
         finally:
             ctx.close()
         with cluster:
-            load, _ = run_load(cluster, 12, threads=2, prefix="scale")
+            load, _ = run_load(cluster, 12, customers=2, prefix="scale")
             verdict = settle_and_check(cluster, load, receiver)
             assert verdict.violations == [], verdict.violations
             assert verdict.payments == 12

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -40,6 +41,16 @@ def _record(body: bytes) -> None:
     if path:
         with _LOG_LOCK, open(path, "ab") as log:
             log.write(base64.b64encode(body) + b"\n")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A sender that dies mid-request (a SIGKILLed worker) resets its connection: that is
+        # the sender's event, not a fault of the receiver worth a traceback on stderr.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 def _always_ok(n: int, request: Received) -> tuple[int, float, bytes]:
@@ -81,8 +92,7 @@ class CallbackReceiver:
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.port = int(self.server.server_address[1])
         self.url = f"http://127.0.0.1:{self.port}/callback"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
