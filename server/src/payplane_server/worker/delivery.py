@@ -174,6 +174,9 @@ class DeliveryWorker:
         self._executor: ThreadPoolExecutor | None = None
         self._wake = asyncio.Event()
         self._flush_wanted = asyncio.Event()
+        # Held while results are being recorded, so that stop() never cancels a flush that
+        # has taken the buffered results but not yet written them.
+        self._flushing = asyncio.Lock()
         self._results: list[AttemptResult] = []
         self._claims: dict[int, Claimed] = {}
         self._claimed_at: dict[int, float] = {}
@@ -322,17 +325,18 @@ class DeliveryWorker:
 
     async def _flush(self) -> int:
         """Record buffered results; returns how many callbacks were released by them."""
-        batch, self._results = self._results, []
-        if not batch:
-            return 0
-        try:
-            recorded = await self._db(record_results, self.ctx.db, batch, self.ctx.clock.now())
-        except Exception:
-            log.exception("recording %d callback attempts failed; retrying", len(batch))
-            self._results = batch + self._results
-            raise
-        for result in batch:
-            self._forget(result.claimed)
+        async with self._flushing:
+            batch, self._results = self._results, []
+            if not batch:
+                return 0
+            try:
+                recorded = await self._db(record_results, self.ctx.db, batch, self.ctx.clock.now())
+            except Exception:
+                log.exception("recording %d callback attempts failed; retrying", len(batch))
+                self._results = batch + self._results
+                raise
+            for result in batch:
+                self._forget(result.claimed)
         self.delivered += recorded.delivered
         if recorded.lost:
             log.warning("%d callback results dropped: their leases were lost", recorded.lost)
@@ -434,8 +438,9 @@ class DeliveryWorker:
         if self._unlisten is not None:
             self._unlisten()
             self._unlisten = None
-        for task in self._background:
-            task.cancel()
+        async with self._flushing:  # a flush under way finishes recording first
+            for task in self._background:
+                task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
         self._background.clear()
         if self._tasks:
