@@ -45,6 +45,10 @@ def _record(body: bytes) -> None:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's default backlog of 5 overflows when several workers open their
+    # connections at once: the kernel drops the SYN and the client's retry comes a second
+    # later, past a test's short callback timeout. A merchant's server listens with more.
+    request_queue_size = 128
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A sender that dies mid-request (a SIGKILLed worker) resets its connection: that is
