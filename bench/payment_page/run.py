@@ -373,7 +373,7 @@ def run_engine(engine: str, database_url: str, data_dir: Path, args: argparse.Na
             hello_port = free_port()
             hello = start_hello(hello_port, args.workers)
             try:
-                warm = signed_targets(500, "warm", force_card=False)
+                warm = signed_targets(5000, "warm", force_card=False)
                 asyncio.run(load_get(port, warm, 1.0))
                 targets = signed_targets(
                     expected_rate * int(args.seconds) * 2, "open", force_card=False
