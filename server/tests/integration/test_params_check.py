@@ -114,6 +114,24 @@ def test_best_before_in_the_past_is_reported(client: TestClient, ctx: AppContext
     assert response.json()["errors"][0]["param"] == "best_before"
 
 
+def test_a_merchant_callback_url_at_the_platform_itself_is_reported(
+    client: TestClient, ctx: AppContext
+) -> None:
+    itself = f"http://{ctx.settings.host}:{ctx.settings.port}/callback"
+    response = client.get(f"/params/check?{urlencode({**GOOD, 'merchant_callback_url': itself})}")
+    assert response.status_code == 400
+    assert response.json() == {
+        "errors": [
+            {
+                "param": "merchant_callback_url",
+                "reason": "The callback URL points at this platform itself.",
+            }
+        ]
+    }
+    other = {**GOOD, "merchant_callback_url": "https://shop.example.com/callback"}
+    assert client.get(f"/params/check?{urlencode(other)}").status_code == 200
+
+
 def test_a_malformed_query_is_reported_not_crashed_on(client: TestClient) -> None:
     response = client.get(f"/params/check?{urlencode(GOOD)}&x=%zz&y=%ff")
     assert response.status_code == 400

@@ -256,6 +256,19 @@ def test_best_before_in_the_past_is_refused_for_a_new_payment(
     assert stored(ctx) == []
 
 
+def test_a_merchant_callback_url_at_the_platform_itself_is_refused_at_registration(
+    client: TestClient, ctx: AppContext
+) -> None:
+    itself = f"http://{ctx.settings.host}:{ctx.settings.port}/v2/payment/status"
+    response = client.get(signed_url(params(merchant_callback_url=itself), SECRET))
+    assert response.status_code == 400
+    assert "merchant_callback_url" in response.text and "this platform itself" in response.text
+    assert stored(ctx) == []
+    elsewhere = f"http://{ctx.settings.host}:{ctx.settings.port + 1}/orders/callback"
+    assert client.get(signed_url(params(merchant_callback_url=elsewhere), SECRET)).is_success
+    assert len(stored(ctx)) == 1
+
+
 def test_russian_pages_are_translated_and_amounts_written_the_russian_way(
     customer: Customer,
 ) -> None:

@@ -34,6 +34,7 @@ from ..errors import (
     PaymentNotFound,
     SignatureMismatch,
 )
+from .callbacks import validate_callback_url
 from .clarification import request_clarification
 from .processing import Change, start_operation, transition_row
 from .projects import decrypt_secret
@@ -43,6 +44,7 @@ __all__ = [
     "Submission",
     "SubmitResult",
     "authorize",
+    "callback_url_problem",
     "check_submission",
     "complete_challenge",
     "expire_if_due",
@@ -165,9 +167,16 @@ def open_payment(ctx: AppContext, params: Mapping[str, str], signature: str | No
                 existing = found
             else:
                 now = ctx.clock.now()
-                late = expired_problem(request.best_before, now)
-                if late is not None:
-                    raise InvalidParameters([late])
+                refused = [
+                    problem
+                    for problem in (
+                        expired_problem(request.best_before, now),
+                        callback_url_problem(ctx, params),
+                    )
+                    if problem is not None
+                ]
+                if refused:
+                    raise InvalidParameters(refused)
                 return conn.execute(_INSERT, _new_payment(ctx, request, now)).one()
     except IntegrityError:
         # Someone registered the same payment at the same moment: theirs is the payment.
@@ -180,6 +189,21 @@ def open_payment(ctx: AppContext, params: Mapping[str, str], signature: str | No
         _same_payment(again, request)
         existing = again
     return expire_if_due(ctx, existing)
+
+
+def callback_url_problem(ctx: AppContext, params: Mapping[str, Any]) -> ParamProblem | None:
+    """Why the payment's ``merchant_callback_url`` cannot receive callbacks, if it cannot.
+
+    The same rule as a project's callback URL (the platform itself, and private addresses
+    unless allowed, are refused), applied when the payment is registered rather than found
+    out at the first delivery."""
+    url = params.get("merchant_callback_url")
+    if not isinstance(url, str) or not url:
+        return None
+    reason = validate_callback_url(url, ctx.settings)
+    if reason is None:
+        return None
+    return ParamProblem("merchant_callback_url", f"{reason[:1].upper()}{reason[1:]}.")
 
 
 def _new_payment(ctx: AppContext, request: PaymentRequest, now: datetime) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from starlette.routing import BaseRoute, Route
 from ..context import AppContext
 from ..domain.validation import parse_query, validate
 from ..errors import ParamProblem
+from ..services.payments import callback_url_problem
 
 __all__ = ["routes"]
 
@@ -31,6 +32,9 @@ def _verdict(request: Request, params: dict[str, Any], problems: list[ParamProbl
         ctx = request.app.state.context
         assert isinstance(ctx, AppContext)
         _, problems = validate(params, now=ctx.clock.now())
+        if not problems:
+            refused = callback_url_problem(ctx, params)
+            problems = [refused] if refused is not None else []
     if problems:
         errors = [{"param": problem.param, "reason": problem.reason} for problem in problems]
         return JSONResponse({"errors": errors}, status_code=400, headers=_NO_STORE)
