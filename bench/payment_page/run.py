@@ -158,9 +158,19 @@ class Connection:
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process so far (Linux ``/proc``): unlike a rate, the CPU
-    a request costs the server hardly depends on how busy the rest of the machine is."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    a request costs the server hardly depends on how busy the rest of the machine is.
+
+    With ``--workers N`` the server is a supervisor and N worker processes: the CPU of every
+    live descendant counts."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        children.extend(int(child) for child in task.read_text().split())
+    return own + sum(cpu_seconds(child) for child in children)
 
 
 def signed_targets(count: int, prefix: str, *, force_card: bool) -> list[str]:

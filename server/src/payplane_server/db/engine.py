@@ -1,9 +1,10 @@
 """The unit of work: one ``Database`` per process, transactions as context managers.
 
 SQLite (the embedded default) runs in WAL mode; write transactions start with
-``BEGIN IMMEDIATE`` so that concurrent writers queue on the busy timeout instead of failing
-with a deadlock on lock upgrade. PostgreSQL runs at READ COMMITTED; code that needs a row for
-itself uses ``FOR UPDATE`` (SKIP LOCKED for work queues) or a conditional UPDATE.
+``BEGIN IMMEDIATE`` so that concurrent writers queue instead of failing with a deadlock on lock
+upgrade. They queue on a lock of their own (``WriterLock``), not in SQLite's busy handler.
+PostgreSQL runs at READ COMMITTED; code that needs a row for itself uses ``FOR UPDATE``
+(SKIP LOCKED for work queues) or a conditional UPDATE.
 
 ``notify(conn, channel)`` wakes waiting workers once the transaction commits: through
 ``pg_notify`` on PostgreSQL (every process) and an in-process signal on both engines.
@@ -12,19 +13,86 @@ itself uses ``FOR UPDATE`` (SKIP LOCKED for work queues) or a conditional UPDATE
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-__all__ = ["Database"]
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: SQLite's busy handler queues processes
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["Database", "WriterLock"]
 
 log = logging.getLogger("payplane.db")
 
 Listener = Callable[[str], None]
+
+
+class WriterLock:
+    """SQLite's one writer, taken before ``BEGIN IMMEDIATE``: threads of this process queue on
+    an RLock, processes on an exclusive ``flock`` of ``<database>.writer.lock``.
+
+    SQLite's own busy handler makes a waiting writer sleep and retry (1, 2, 5, … up to 100 ms
+    between tries), so with several processes (``serve --workers N``, a worker process, the
+    CLI) a write waits far longer than the one before it takes; a blocked ``flock`` wakes as
+    soon as the lock is free. The kernel drops the lock of a process that dies. Re-entrant:
+    only the outermost acquisition of a thread takes the file lock.
+    """
+
+    def __init__(self, path: str | None) -> None:
+        self._path = path if fcntl is not None else None
+        self._threads = threading.RLock()
+        self._depth = threading.local()
+        self._fd: int | None = None
+        self._pid = 0
+
+    def _file(self) -> int:
+        # Opened lazily, and again in a child process: a descriptor inherited over fork()
+        # shares its lock with the parent.
+        if self._fd is None or self._pid != os.getpid():
+            assert self._path is not None
+            self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            self._pid = os.getpid()
+        return self._fd
+
+    def __enter__(self) -> None:
+        self._threads.acquire()
+        depth = getattr(self._depth, "value", 0)
+        if depth == 0 and self._path is not None:
+            try:
+                fcntl.flock(self._file(), fcntl.LOCK_EX)
+            except BaseException:
+                self._threads.release()
+                raise
+        self._depth.value = depth + 1
+
+    def __exit__(self, *exc: object) -> None:
+        self._depth.value -= 1
+        try:
+            if self._depth.value == 0 and self._path is not None:
+                fcntl.flock(self._file(), fcntl.LOCK_UN)
+        finally:
+            self._threads.release()
+
+    def close(self) -> None:
+        if self._fd is not None and self._pid == os.getpid():
+            os.close(self._fd)
+        self._fd = None
+
+
+def _sqlite_file(url: str) -> str | None:
+    """The database file of a SQLite URL; None for an in-memory database."""
+    database = make_url(url).database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return database
 
 
 class Database:
@@ -46,8 +114,10 @@ class Database:
         self.engine: Engine = create_engine(url, **kwargs)
         self._listeners: dict[str, list[Listener]] = {}
         self._lock = threading.Lock()
-        self._sqlite_writer = threading.RLock()
+        self._sqlite_writer: WriterLock | None = None
         if self.is_sqlite:
+            database = _sqlite_file(url)
+            self._sqlite_writer = WriterLock(database + ".writer.lock" if database else None)
             self._configure_sqlite(self.engine)
 
     @staticmethod
@@ -70,9 +140,8 @@ class Database:
     @contextmanager
     def write(self) -> Iterator[Connection]:
         """A read-write transaction, committed on success, rolled back on any exception."""
-        if self.is_sqlite:
-            # SQLite has one writer; threads of this process queue here instead of in
-            # SQLite's busy handler, which sleeps up to 100 ms between retries.
+        if self._sqlite_writer is not None:
+            # SQLite has one writer: queue for it here (see WriterLock).
             with self._sqlite_writer, self._write() as conn:
                 yield conn
         else:
@@ -124,3 +193,5 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
+        if self._sqlite_writer is not None:
+            self._sqlite_writer.close()
