@@ -43,12 +43,18 @@ class SecretBox:
     """Encrypts small secrets (project keys, token keys) and makes keyed fingerprints."""
 
     _PREFIX = "v1:"
+    # Opened secrets kept per process, keyed by the exact sealed value and its context: every
+    # payment and every Data API request needs its project's or token's key, and opening it
+    # costs more than the rest of the signature check. Bounded; a rotated key's sealed value
+    # is never asked for again and goes at the next clearing.
+    _OPENED_MAX = 1024
 
     def __init__(self, master_key: bytes) -> None:
         if len(master_key) != 32:
             raise ValueError("the master key must be 32 bytes")
         self._aead = AESGCM(_derive(master_key, b"payplane secrets at rest"))
         self._fingerprint_key = _derive(master_key, b"payplane card fingerprint")
+        self._opened: dict[tuple[str, str], str] = {}
 
     def encrypt(self, plaintext: str, context: str = "") -> str:
         nonce = os.urandom(12)
@@ -56,10 +62,18 @@ class SecretBox:
         return self._PREFIX + base64.b64encode(nonce + sealed).decode("ascii")
 
     def decrypt(self, token: str, context: str = "") -> str:
+        opened = self._opened.get((token, context))
+        if opened is not None:
+            return opened
         if not token.startswith(self._PREFIX):
             raise ValueError("unknown secret format")
         raw = base64.b64decode(token[len(self._PREFIX) :])
-        return self._aead.decrypt(raw[:12], raw[12:], context.encode("utf-8")).decode("utf-8")
+        opened = self._aead.decrypt(raw[:12], raw[12:], context.encode("utf-8")).decode("utf-8")
+        # Only what authenticated is kept, under the exact value and context that opened it.
+        if len(self._opened) >= self._OPENED_MAX:
+            self._opened.clear()
+        self._opened[(token, context)] = opened
+        return opened
 
     def fingerprint(self, value: str) -> str:
         """A keyed, irreversible fingerprint (for a PAN: the same card gives the same value)."""

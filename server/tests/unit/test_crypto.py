@@ -38,6 +38,23 @@ def test_a_secret_sealed_for_one_owner_does_not_open_as_another() -> None:
         BOX.decrypt(sealed, "project:2")
 
 
+def test_a_secret_opened_once_still_does_not_open_tampered_or_as_another_owner() -> None:
+    box = SecretBox(b"m" * 32)
+    sealed = box.encrypt("key", "project:1")
+    assert box.decrypt(sealed, "project:1") == "key"
+    assert box.decrypt(sealed, "project:1") == "key"
+    with pytest.raises(InvalidTag):
+        box.decrypt(sealed, "project:2")
+    tampered = sealed[:-4] + ("AAAA" if not sealed.endswith("AAAA") else "BBBB")
+    with pytest.raises(InvalidTag):
+        box.decrypt(tampered, "project:1")
+    for number in range(3 * SecretBox._OPENED_MAX):
+        other = box.encrypt(f"k{number}", "c")
+        assert box.decrypt(other, "c") == f"k{number}"
+    assert len(box._opened) <= SecretBox._OPENED_MAX
+    assert box.decrypt(sealed, "project:1") == "key"
+
+
 def test_another_master_key_cannot_decrypt() -> None:
     sealed = BOX.encrypt("key", "c")
     with pytest.raises(InvalidTag):
