@@ -12,6 +12,7 @@ import json
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from payplane import sign
@@ -237,17 +238,7 @@ def transition_row(
     ).first()
     if payment is None:
         return None
-    op_values: dict[str, Any] = {
-        "status": change.status.value,
-        "code": change.code,
-        "message": change.message or Code.message(change.code),
-    }
-    if change.status in FINAL:
-        op_values["completed_at"] = now
-    if change.provider_payment_id is not None:
-        op_values["provider_payment_id"] = change.provider_payment_id
-    if change.provider_auth_code is not None:
-        op_values["provider_auth_code"] = change.provider_auth_code
+    op_values = _operation_values(change, now)
     operation = conn.execute(
         _operation_update(tuple(op_values)), {"pk": payment_pk, **_bound(op_values)}
     ).first()
@@ -266,7 +257,7 @@ def transition_row(
         ).one()
         secret = decrypt_secret(ctx, int(payment.project_id), found.secret_enc)
         facts = callback_facts(payment, operation, change.clarification_fields)
-        url = json.loads(payment.params).get("merchant_callback_url") or found.callback_url
+        url = _callback_url(payment, found.callback_url)
         _queue(ctx, conn, payment, operation.id, _signed_body(facts, secret), url, found.waiting)
     return payment
 
@@ -309,17 +300,7 @@ def transition_many(
     if not moved_rows:
         return []
     moved = [int(row.id) for row in moved_rows]
-    op_values: dict[str, Any] = {
-        "status": change.status.value,
-        "code": change.code,
-        "message": change.message or Code.message(change.code),
-    }
-    if change.status in FINAL:
-        op_values["completed_at"] = now
-    if change.provider_payment_id is not None:
-        op_values["provider_payment_id"] = change.provider_payment_id
-    if change.provider_auth_code is not None:
-        op_values["provider_auth_code"] = change.provider_auth_code
+    op_values = _operation_values(change, now)
     latest_ids = (
         select(func.max(operations.c.id))
         .where(operations.c.payment_pk.in_(moved))
@@ -360,24 +341,9 @@ def transition_many(
         project_id = int(payment.project_id)
         operation = updated_ops[int(payment.id)]
         body = _signed_body(callback_facts(payment, operation), secrets_by_project[project_id])
-        url = (
-            json.loads(payment.params).get("merchant_callback_url")
-            or project_rows[project_id].callback_url
-        )
-        queued.append(
-            {
-                "payment_pk": payment.id,
-                "project_id": project_id,
-                "operation_id": operation.id,
-                "url": url or "",
-                "body": body,
-                "state": "pending" if url else "failed",
-                "attempts": 0,
-                "next_attempt_at": None if payment.id in waiting_turn or not url else now,
-                "created_at": now,
-                "last_error": None if url else "no callback URL configured",
-            }
-        )
+        url = _callback_url(payment, project_rows[project_id].callback_url)
+        waiting = payment.id in waiting_turn
+        queued.append(_callback_row(payment, operation.id, body, url, waiting, now))
     conn.execute(insert(callbacks), queued)
     ctx.db.notify(conn, "callbacks")
     return moved
@@ -496,7 +462,7 @@ def enqueue_callback(
     found = conn.execute(
         _CALLBACK_CONTEXT, {"payment_pk": payment.id, "project_id": payment.project_id}
     ).one()
-    url = json.loads(payment.params).get("merchant_callback_url") or found.callback_url
+    url = _callback_url(payment, found.callback_url)
     return _queue(ctx, conn, payment, operation_id, body, url, found.waiting, with_id=True)
 
 
@@ -511,8 +477,47 @@ def _queue(
     *,
     with_id: bool = False,
 ) -> int:
-    now = ctx.clock.now()
-    values = {
+    values = _callback_row(payment, operation_id, body, url, waiting, ctx.clock.now())
+    ctx.db.notify(conn, "callbacks")
+    if not with_id:
+        conn.execute(_INSERT_CALLBACK, values)
+        return 0
+    return int(conn.execute(_INSERT_CALLBACK_ID, values).scalar_one())
+
+
+def _operation_values(change: Change, now: datetime) -> dict[str, Any]:
+    """The columns of the latest operation that ``change`` sets."""
+    values: dict[str, Any] = {
+        "status": change.status.value,
+        "code": change.code,
+        "message": change.message or Code.message(change.code),
+    }
+    if change.status in FINAL:
+        values["completed_at"] = now
+    if change.provider_payment_id is not None:
+        values["provider_payment_id"] = change.provider_payment_id
+    if change.provider_auth_code is not None:
+        values["provider_auth_code"] = change.provider_auth_code
+    return values
+
+
+def _callback_url(payment: Row[Any], project_url: str | None) -> str | None:
+    """The payment's own ``merchant_callback_url``, else its project's callback URL."""
+    own = json.loads(payment.params).get("merchant_callback_url")
+    return str(own) if own else project_url
+
+
+def _callback_row(
+    payment: Row[Any],
+    operation_id: int | None,
+    body: str,
+    url: str | None,
+    waiting: bool,
+    now: datetime,
+) -> dict[str, Any]:
+    """A queued callback: due now, or waiting (``next_attempt_at`` NULL) for the payment's
+    earlier callback to finish; failed at once when there is nowhere to send it."""
+    return {
         "payment_pk": payment.id,
         "project_id": payment.project_id,
         "operation_id": operation_id,
@@ -524,8 +529,3 @@ def _queue(
         "created_at": now,
         "last_error": None if url else "no callback URL configured",
     }
-    ctx.db.notify(conn, "callbacks")
-    if not with_id:
-        conn.execute(_INSERT_CALLBACK, values)
-        return 0
-    return int(conn.execute(_INSERT_CALLBACK_ID, values).scalar_one())
