@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import itertools
 import json
+import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -277,6 +278,40 @@ def test_a_dead_workers_lease_expires_and_the_callback_is_delivered_again(
     [row] = callback_rows(ctx, pk)
     assert (row.state, row.attempts) == ("delivered", 1)
     assert len(attempts_of(ctx, row.id)) == 1
+
+
+def test_stopping_during_a_claim_gives_the_claimed_leases_back(
+    ctx: AppContext, clock: FakeClock, receiver: CallbackReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_project(ctx, PROJECT, receiver.url)
+    pk = queued_payment(ctx, project_id=PROJECT, payment_id="p-stop")
+    entered, go = threading.Event(), threading.Event()
+
+    def slow_claim(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        go.wait(30)
+        return claim_due(*args, **kwargs)
+
+    monkeypatch.setattr("payplane_server.worker.delivery.claim_due", slow_claim)
+
+    async def scenario() -> None:
+        worker = DeliveryWorker(ctx, poll_interval=0.05)
+        await worker.start()
+        await asyncio.to_thread(entered.wait, 30)
+        stopping = asyncio.create_task(worker.stop(grace=0.1))
+        await asyncio.sleep(0.2)  # stop() has cancelled the claim loop mid-claim
+        go.set()  # the claim commits its lease in its thread all the same
+        await stopping
+
+    asyncio.run(scenario())
+    assert entered.is_set()
+    [row] = callback_rows(ctx, pk)
+    # Given back, not leased to a stopped worker until the lease runs out.
+    assert (row.state, row.attempts) == ("pending", 0)
+    assert row.claimed_until is None
+    assert row.next_attempt_at is not None and row.next_attempt_at <= clock.now()
+    assert receiver.requests == []
+    assert deliver_due(ctx) == 1
 
 
 def test_two_claims_never_hold_the_same_callback(ctx: AppContext, clock: FakeClock) -> None:

@@ -239,14 +239,25 @@ class DeliveryWorker:
             self._more_due = True
             return 0
         saturated = [o for o in self._inflight if self._held(o) >= self.per_host]
-        claims = await self._db(
-            claim_due,
-            self.ctx.db,
-            self.ctx.clock.now(),
-            free,
-            self.lease_seconds,
-            saturated[:_MAX_EXCLUDED],
+        claiming = asyncio.ensure_future(
+            self._db(
+                claim_due,
+                self.ctx.db,
+                self.ctx.clock.now(),
+                free,
+                self.lease_seconds,
+                saturated[:_MAX_EXCLUDED],
+            )
         )
+        try:
+            claims = await asyncio.shield(claiming)
+        except asyncio.CancelledError:
+            # stop() cancelled this loop while the claim ran in its thread: the claim commits
+            # all the same, so wait for it and keep what it took for stop() to give back,
+            # rather than leaving the rows leased to no one until the lease runs out.
+            for claimed in await claiming:
+                self._claims[claimed.id] = claimed
+            raise
         self._more_due = len(claims) == free or bool(saturated)
         self._freed = 0
         stamp = time.monotonic()
