@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import ipaddress
+import socket
 import ssl
 import threading
 import time
@@ -23,7 +25,7 @@ from payplane_server.context import AppContext
 from payplane_server.db.tables import callback_attempts, projects
 from payplane_server.testing import CallbackReceiver, LiveServer
 from payplane_server.testing.outbox import callback_rows, make_project, queued_payment
-from payplane_server.worker.delivery import DeliveryWorker, deliver_due
+from payplane_server.worker.delivery import DeliveryWorker, PublicAddressesOnly, deliver_due
 
 PROJECT = 77
 
@@ -184,6 +186,50 @@ def test_an_untrusted_tls_certificate_is_an_error_attempt_retried_by_schedule(
     assert "Cannot connect" in error
     assert "CERTIFICATE_VERIFY_FAILED" in error
     assert seen == []
+
+
+def test_the_public_only_resolver_drops_every_address_that_is_not_public() -> None:
+    async def resolve(host: str) -> Any:
+        resolver = PublicAddressesOnly()
+        try:
+            return await resolver.resolve(host, 443, socket.AF_UNSPEC)
+        finally:
+            await resolver.close()
+
+    for host in ("localhost", "127.0.0.1", "10.1.2.3", "169.254.169.254", "::1"):
+        with pytest.raises(OSError, match="only to private or local addresses"):
+            asyncio.run(resolve(host))
+    [public] = asyncio.run(resolve("8.8.8.8"))
+    assert (public["host"], public["port"]) == ("8.8.8.8", 443)
+
+
+def test_a_host_name_resolving_to_a_private_address_is_refused_when_private_urls_are(
+    ctx: AppContext,
+) -> None:
+    # The URL check cannot see what a *name* resolves to; the connection must refuse it.
+    name = socket.gethostname().lower()
+    addresses = {info[4][0] for info in socket.getaddrinfo(name, None)}
+    if addresses != {"127.0.0.1"}:
+        pytest.skip(f"this machine's name {name!r} does not resolve to 127.0.0.1 only")
+    strict = dataclasses.replace(
+        ctx, settings=ctx.settings.replace(allow_private_callback_urls=False)
+    )
+    with CallbackReceiver() as receiver:
+        port = receiver.url.split(":")[2].split("/")[0]
+        url = f"http://{name}:{port}/cb"
+        make_project(strict, PROJECT, url)  # a name passes the URL check
+        pk = queued_payment(strict, project_id=PROJECT, payment_id="p-private-name")
+        assert deliver_due(strict) == 1
+        [row] = callback_rows(strict, pk)
+        assert (row.state, row.attempts) == ("pending", 1)  # retried on the schedule
+        assert "resolves only to private or local addresses" in attempt_of(strict, row.id).error
+        assert receiver.requests == []
+        # The same URL with private addresses allowed is delivered: the refusal was the rule.
+        assert all(not ipaddress.ip_address(a).is_global for a in addresses)
+        other = queued_payment(ctx, project_id=PROJECT, payment_id="p-allowed")
+        assert deliver_due(ctx) >= 1
+        receiver.wait_for(1)
+        assert [r.state for r in callback_rows(ctx, other)] == ["delivered"]
 
 
 def test_a_hanging_merchant_never_holds_up_other_merchants(ctx: AppContext) -> None:

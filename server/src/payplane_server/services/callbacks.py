@@ -97,7 +97,8 @@ def validate_callback_url(url: str, settings: Settings) -> str | None:
     characters; more than 2048 characters; the platform's own listeners (Payment Page host,
     Data API, public URL, including loopback aliases of them); and, when
     ``allow_private_callback_urls`` is off, loopback, private, link-local and other
-    non-public IP literals and ``localhost`` names. Host names are not resolved here.
+    non-public IP literals and ``localhost`` names. Host names are not resolved here: the
+    delivery worker connects to public addresses only when private URLs are not allowed.
     """
     if not isinstance(url, str) or not url:
         return "the callback URL is empty"

@@ -20,8 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
+import ipaddress
 import logging
+import socket
 import ssl
 import time
 from collections import OrderedDict, defaultdict, deque
@@ -31,6 +34,8 @@ from typing import Any, TypeVar
 
 import aiohttp
 import certifi
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import DefaultResolver
 from sqlalchemy import make_url
 
 from ..context import AppContext
@@ -48,6 +53,7 @@ from .outbox import (
 __all__ = [
     "MAX_RESPONSE_BYTES",
     "DeliveryWorker",
+    "PublicAddressesOnly",
     "deliver_due",
     "loop",
     "make_session",
@@ -70,8 +76,41 @@ def _trust() -> ssl.SSLContext:
     return ssl.create_default_context(cafile=certifi.where())
 
 
-def make_session(timeout: float, concurrency: int, per_origin: int) -> aiohttp.ClientSession:
-    """The worker's one shared HTTP client: pooled per origin, never following redirects.
+def _is_public(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address.split("%", 1)[0]).is_global
+    except ValueError:
+        return False
+
+
+class PublicAddressesOnly(AbstractResolver):
+    """aiohttp's resolver without the addresses that are not public (loopback, private,
+    link-local, shared, reserved): with ``allow_private_callback_urls`` off, a merchant host
+    *name* that resolves to such an address is refused at connection time, as an IP literal is
+    refused when the URL is checked. The check is on the addresses actually connected to, so a
+    name whose DNS answer changes between the check and the connection gains nothing."""
+
+    def __init__(self) -> None:
+        self._inner = DefaultResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        found = await self._inner.resolve(host, port, family)
+        public = [entry for entry in found if _is_public(entry["host"])]
+        if not public:
+            raise OSError(errno.EACCES, f"{host} resolves only to private or local addresses")
+        return public
+
+    async def close(self) -> None:
+        await self._inner.close()
+
+
+def make_session(
+    timeout: float, concurrency: int, per_origin: int, *, public_only: bool = False
+) -> aiohttp.ClientSession:
+    """The worker's one shared HTTP client: pooled per origin, never following redirects;
+    with ``public_only``, connecting to public addresses only (``PublicAddressesOnly``).
 
     aiohttp rather than httpx here: delivery is the one hot HTTP client path, and on the
     same machine in the same run httpx posts several times fewer callbacks per second (see
@@ -83,6 +122,7 @@ def make_session(timeout: float, concurrency: int, per_origin: int) -> aiohttp.C
         ssl=_trust(),
         ttl_dns_cache=60,
         keepalive_timeout=30,
+        resolver=PublicAddressesOnly() if public_only else None,
     )
     return aiohttp.ClientSession(
         connector=connector,
@@ -206,7 +246,12 @@ class DeliveryWorker:
 
     def _open(self) -> None:
         if self._session is None:
-            self._session = make_session(self.timeout, self.concurrency, self.per_host)
+            self._session = make_session(
+                self.timeout,
+                self.concurrency,
+                self.per_host,
+                public_only=not self.ctx.settings.allow_private_callback_urls,
+            )
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="payplane-callbacks-db")
 
