@@ -3,6 +3,8 @@ and again before every delivery)."""
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from payplane_server.config import Settings
@@ -77,6 +79,16 @@ def test_a_wildcard_bind_makes_every_local_name_the_platform() -> None:
     assert validate_callback_url("http://127.0.0.1:8080/", everywhere) is not None
     assert validate_callback_url("http://localhost:8080/", everywhere) is not None
     assert validate_callback_url("http://shop.example:8080/", everywhere) is None
+
+
+def test_the_machines_own_name_counts_as_a_loopback_platform() -> None:
+    name = socket.gethostname().lower()
+    assert validate_callback_url(f"http://{name}:8080/cb", PLATFORM) == (
+        "the callback URL points at this platform itself"
+    )
+    assert validate_callback_url(f"http://{name}:9000/cb", PLATFORM) is None
+    elsewhere = PLATFORM.replace(host="10.9.8.7")
+    assert validate_callback_url(f"http://{name}:8080/cb", elsewhere) is None
 
 
 @pytest.mark.parametrize(

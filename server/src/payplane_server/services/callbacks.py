@@ -8,6 +8,7 @@ worker before each attempt.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
 from dataclasses import dataclass
@@ -58,12 +59,14 @@ def _is_local(host: str) -> bool:
     return address is not None and (address.is_loopback or address.is_unspecified)
 
 
-def _machine_names() -> set[str]:
+@functools.cache
+def _machine_names() -> frozenset[str]:
+    # getfqdn() may ask DNS: once per process.
     names = set()
     for name in (socket.gethostname(), socket.getfqdn()):
         if name:
             names.add(name.lower())
-    return names
+    return frozenset(names)
 
 
 def _platform_endpoints(settings: Settings) -> list[tuple[str, int]]:
@@ -85,9 +88,10 @@ def _same_host(url_host: str, platform_host: str) -> bool:
     url_address, platform_address = _address(url_host), _address(platform_host)
     if url_address is not None and url_address == platform_address:
         return True
-    if platform_host in _WILDCARDS:
-        return _is_local(url_host) or url_host in _machine_names()
-    return _is_local(platform_host) and _is_local(url_host)
+    if platform_host not in _WILDCARDS and not _is_local(platform_host):
+        return False
+    # The machine's own name reaches a loopback listener on most hosts (/etc/hosts).
+    return _is_local(url_host) or url_host in _machine_names()
 
 
 def validate_callback_url(url: str, settings: Settings) -> str | None:
