@@ -513,8 +513,10 @@ class DeliveryWorker:
                 with contextlib.suppress(Exception):
                     await self._db(release_claims, self.ctx.db, leftover, self.ctx.clock.now())
             self._claims.clear()
-            self._executor.shutdown(wait=True)
-            self._executor = None
+            # A lease renewal of a cancelled delivery may still be running on it: wait for it
+            # off the event loop.
+            executor, self._executor = self._executor, None
+            await asyncio.to_thread(executor.shutdown, wait=True)
         if self._session is not None and self._own_session:
             await self._session.close()
             self._session = None
