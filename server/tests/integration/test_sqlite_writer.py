@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from payplane_server.db import migrate
+from payplane_server.db import engine, migrate
 from payplane_server.db.engine import Database, WriterLock
 
 HOLDER = """
@@ -59,6 +59,35 @@ def test_a_write_holds_the_file_lock_only_while_it_runs(sqlite_url: str, tmp_pat
         assert not _locked_elsewhere(lock)
     finally:
         db.dispose()
+
+
+def test_databases_on_one_file_share_the_process_lock(sqlite_url: str, tmp_path: Path) -> None:
+    first, second = Database(sqlite_url), Database(sqlite_url)
+    relative = Database(f"sqlite:///{os.path.relpath(tmp_path / 'payplane.db')}")
+    try:
+        assert first._sqlite_writer is second._sqlite_writer is relative._sqlite_writer
+        held = threading.Event()
+        order: list[str] = []
+
+        def hold() -> None:
+            with first.write():
+                held.set()
+                order.append("first")
+                threading.Event().wait(0.2)
+                order.append("first done")
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        held.wait(10)
+        with second.write() as conn:  # another thread of the process: waits its turn
+            conn.execute(text("SELECT 1"))
+            order.append("second")
+        holder.join()
+        assert order == ["first", "first done", "second"]
+    finally:
+        for db in (first, second, relative):
+            db.dispose()
+    assert str(tmp_path / "payplane.db.writer.lock") not in engine._shared_writers
 
 
 def test_nested_acquisition_releases_the_file_lock_at_the_outermost_exit(tmp_path: Path) -> None:

@@ -87,6 +87,32 @@ class WriterLock:
         self._fd = None
 
 
+_shared_writers: dict[str, tuple[WriterLock, int]] = {}
+_shared_guard = threading.Lock()
+
+
+def _writer_for(path: str) -> WriterLock:
+    """The one ``WriterLock`` of this process for a database file, shared by every
+    ``Database`` on it: two of them in one thread then queue on one RLock (and meet SQLite's
+    own busy timeout, as before) instead of one's ``flock`` waiting forever on the other's."""
+    with _shared_guard:
+        lock, users = _shared_writers.get(path, (None, 0))
+        if lock is None:
+            lock = WriterLock(path)
+        _shared_writers[path] = (lock, users + 1)
+        return lock
+
+
+def _release_writer(path: str) -> None:
+    with _shared_guard:
+        lock, users = _shared_writers[path]
+        if users > 1:
+            _shared_writers[path] = (lock, users - 1)
+            return
+        del _shared_writers[path]
+    lock.close()
+
+
 def _sqlite_file(url: str) -> str | None:
     """The database file of a SQLite URL; None for an in-memory database."""
     database = make_url(url).database
@@ -115,9 +141,14 @@ class Database:
         self._listeners: dict[str, list[Listener]] = {}
         self._lock = threading.Lock()
         self._sqlite_writer: WriterLock | None = None
+        self._writer_path: str | None = None
         if self.is_sqlite:
             database = _sqlite_file(url)
-            self._sqlite_writer = WriterLock(database + ".writer.lock" if database else None)
+            if database is None:
+                self._sqlite_writer = WriterLock(None)
+            else:
+                self._writer_path = os.path.abspath(database) + ".writer.lock"
+                self._sqlite_writer = _writer_for(self._writer_path)
             self._configure_sqlite(self.engine)
 
     @staticmethod
@@ -193,5 +224,6 @@ class Database:
 
     def dispose(self) -> None:
         self.engine.dispose()
-        if self._sqlite_writer is not None:
-            self._sqlite_writer.close()
+        if self._writer_path is not None:
+            path, self._writer_path = self._writer_path, None
+            _release_writer(path)
