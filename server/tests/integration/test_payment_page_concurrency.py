@@ -3,6 +3,7 @@ database's unique key decides), on SQLite and PostgreSQL, through a real server.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -13,6 +14,7 @@ from sqlalchemy import func, select
 from payplane_server.acquirer import Authorization, Decision, SimulatorAcquirer
 from payplane_server.context import AppContext
 from payplane_server.db.tables import balances, operations, payments
+from payplane_server.domain.cards import Card
 from payplane_server.services.projects import create_project
 from payplane_server.testing import LiveServer
 from payplane_server.testing.customer import Customer, csrf_of, signed_url
@@ -176,3 +178,70 @@ def test_time_out_cards_wait_without_blocking_other_customers(ctx: AppContext) -
     with ctx.db.read() as conn:
         codes = conn.execute(select(operations.c.code)).scalars().all()
     assert codes == ["10602"] * slow_count
+
+
+class AsksWhereItRuns:
+    """An acquirer that does not say whether it blocks (no ``may_block``), noting whether each
+    question reached it on the server's event loop."""
+
+    def __init__(self) -> None:
+        self.inner = SimulatorAcquirer(0)
+        self.on_loop: list[bool] = []
+
+    def _note(self) -> None:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self.on_loop.append(False)
+        else:
+            self.on_loop.append(True)
+
+    def authorize(self, request: Authorization) -> Decision:
+        self._note()
+        return self.inner.authorize(request)
+
+    def complete_challenge(self, reference: str, code: str) -> Decision:
+        self._note()
+        return self.inner.complete_challenge(reference, code)
+
+
+class SaysItNeverBlocks(AsksWhereItRuns):
+    def may_block(self, card: Card) -> bool:
+        return False
+
+
+def _pay_and_challenge(ctx: AppContext) -> list[str]:
+    create_project(ctx, project_id=402, name="Shop", callback_url=None, secret=SECRET)
+    statuses = []
+    with LiveServer(create_app(ctx)) as server, httpx.Client(base_url=server.url) as client:
+        customer = Customer(client)
+        for payment_id, pan in (("direct", "4000000000000077"), ("3ds", "5413330000000019")):
+            params = {
+                "project_id": 402,
+                "payment_id": payment_id,
+                "payment_amount": 700,
+                "payment_currency": "EUR",
+                "customer_id": "c-1",
+            }
+            _, token = customer.open(signed_url(params, SECRET))
+            assert token is not None
+            assert customer.pay(token, pan).status_code == 303
+            if payment_id == "3ds":
+                assert customer.answer_challenge(token, "1234").status_code == 303
+            statuses.append(client.get(f"/pay/{token}/status").json()["status"])
+    return statuses
+
+
+def test_an_acquirer_that_may_block_is_asked_off_the_event_loop(ctx: AppContext) -> None:
+    acquirer = AsksWhereItRuns()
+    ctx.extras["acquirer"] = acquirer
+    assert _pay_and_challenge(ctx) == ["success", "success"]
+    assert acquirer.on_loop == [False, False, False]
+
+
+def test_an_acquirer_that_never_blocks_authorizes_on_the_event_loop(ctx: AppContext) -> None:
+    acquirer = SaysItNeverBlocks()
+    ctx.extras["acquirer"] = acquirer
+    assert _pay_and_challenge(ctx) == ["success", "success"]
+    # A challenge's answer is always asked from a thread: it must be asked exactly once.
+    assert acquirer.on_loop == [True, True, False]

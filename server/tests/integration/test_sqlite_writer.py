@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import os
 import signal
@@ -15,7 +16,8 @@ import pytest
 from sqlalchemy import text
 
 from payplane_server.db import engine, migrate
-from payplane_server.db.engine import Database, WriterLock
+from payplane_server.db.engine import Database, WriterBusy, WriterLock
+from payplane_server.web.offload import run_database_work
 
 HOLDER = """
 import sys
@@ -47,6 +49,25 @@ def sqlite_url(tmp_path: Path) -> Iterator[str]:
     url = f"sqlite:///{tmp_path / 'payplane.db'}"
     migrate(url)
     yield url
+
+
+@pytest.fixture
+def holder(sqlite_url: str) -> Iterator[subprocess.Popen[str]]:
+    """Another process, inside a write transaction until a line arrives on its stdin."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, sqlite_url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().strip() == "held"
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
 
 
 def test_a_write_holds_the_file_lock_only_while_it_runs(sqlite_url: str, tmp_path: Path) -> None:
@@ -102,18 +123,10 @@ def test_nested_acquisition_releases_the_file_lock_at_the_outermost_exit(tmp_pat
 
 
 def test_another_process_waits_for_the_writer_and_goes_on_when_it_is_killed(
-    sqlite_url: str, tmp_path: Path
+    sqlite_url: str, holder: subprocess.Popen[str], tmp_path: Path
 ) -> None:
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, sqlite_url],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
     db = Database(sqlite_url)
     try:
-        assert holder.stdout is not None
-        assert holder.stdout.readline().strip() == "held"
         assert _locked_elsewhere(tmp_path / "payplane.db.writer.lock")
         done = threading.Event()
         failures: list[BaseException] = []
@@ -143,7 +156,124 @@ def test_another_process_waits_for_the_writer_and_goes_on_when_it_is_killed(
         # The killed writer's transaction rolled back; the waiting one committed.
         assert names == ["parent"]
     finally:
-        if holder.poll() is None:
-            holder.kill()
-            holder.wait()
+        db.dispose()
+
+
+# --- work that must not wait (run on an event loop) --------------------------------------
+
+
+def _merchant_names(db: Database) -> list[str]:
+    with db.read() as conn:
+        return list(conn.execute(text("SELECT name FROM merchants ORDER BY id")).scalars())
+
+
+def _insert_merchant(db: Database, name: str) -> None:
+    with db.write() as conn:
+        conn.execute(
+            text("INSERT INTO merchants (name, created_at) VALUES (:name, '2026-01-01')"),
+            {"name": name},
+        )
+
+
+def test_without_waiting_a_free_writer_writes(sqlite_url: str) -> None:
+    db = Database(sqlite_url)
+    try:
+        with db.without_waiting():
+            _insert_merchant(db, "inline")
+        assert _merchant_names(db) == ["inline"]
+    finally:
+        db.dispose()
+
+
+def _hold_in_a_thread(db: Database) -> tuple[threading.Thread, threading.Event]:
+    """A thread inside a write transaction of ``db`` until the returned event is set."""
+    held, finish = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with db.write():
+            held.set()
+            finish.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(10)
+    return holder, finish
+
+
+def test_without_waiting_a_writer_held_by_another_thread_is_busy(sqlite_url: str) -> None:
+    db = Database(sqlite_url)
+    holder, finish = _hold_in_a_thread(db)
+    try:
+        with db.without_waiting(), pytest.raises(WriterBusy):
+            _insert_merchant(db, "inline")
+        # Outside the block the same write waits its turn again.
+        finish.set()
+        _insert_merchant(db, "waited")
+    finally:
+        finish.set()
+        holder.join()
+    assert _merchant_names(db) == ["waited"]
+    db.dispose()
+
+
+def test_without_waiting_a_writer_held_by_another_process_is_busy(
+    sqlite_url: str, holder: subprocess.Popen[str]
+) -> None:
+    db = Database(sqlite_url)
+    try:
+        with db.without_waiting(), pytest.raises(WriterBusy):
+            _insert_merchant(db, "inline")
+        assert holder.stdin is not None
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        assert holder.wait(timeout=30) == 0
+        with db.without_waiting():
+            _insert_merchant(db, "inline")
+        assert _merchant_names(db) == ["child", "inline"]
+    finally:
+        db.dispose()
+
+
+def test_database_work_runs_on_the_loop_or_again_in_a_thread(sqlite_url: str) -> None:
+    db = Database(sqlite_url)
+    threads: list[int] = []
+
+    def work(name: str) -> str:
+        threads.append(threading.get_ident())
+        _insert_merchant(db, name)
+        return name
+
+    async def scenario() -> None:
+        loop_thread = threading.get_ident()
+        assert await run_database_work(db, work, "free") == "free"
+        assert threads == [loop_thread]
+
+        threads.clear()
+        holder, finish = _hold_in_a_thread(db)
+        asyncio.get_running_loop().call_later(0.2, finish.set)
+        # Busy on the loop: started again in a worker thread, which waits for the holder.
+        assert await run_database_work(db, work, "busy") == "busy"
+        holder.join()
+        assert threads[0] == loop_thread and threads[1] != loop_thread
+        assert len(threads) == 2
+
+    try:
+        asyncio.run(scenario())
+        assert _merchant_names(db) == ["free", "busy"]
+    finally:
+        db.dispose()
+
+
+def test_postgres_work_goes_to_a_thread_and_sqlite_work_stays_on_the_loop(
+    database_url: str,
+) -> None:
+    db = Database(database_url)
+    try:
+
+        async def scenario() -> tuple[int, int]:
+            return threading.get_ident(), await run_database_work(db, threading.get_ident)
+
+        loop_thread, worker_thread = asyncio.run(scenario())
+        assert (loop_thread == worker_thread) is db.is_sqlite
+    finally:
         db.dispose()

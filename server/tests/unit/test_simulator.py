@@ -110,3 +110,19 @@ def test_the_time_out_card_waits_the_configured_delay() -> None:
     begin = time.monotonic()
     assert _authorize(SimulatorAcquirer(0.2), "4539121411168251") is Verdict.DECLINE
     assert time.monotonic() - begin >= 0.2
+
+
+@pytest.mark.parametrize(
+    ("pan", "delay", "blocks"),
+    [
+        ("4539121411168251", 0.2, True),  # the time-out card sleeps
+        ("4539121411168251", 0, False),
+        ("4000000000000077", 0.2, False),
+        ("4111111111111111", 0.2, False),
+        ("5413330000000019", 0.2, False),
+        ("4000000000000218", 0.2, False),
+    ],
+)
+def test_the_simulator_says_which_cards_may_block(pan: str, delay: float, blocks: bool) -> None:
+    card = Card(pan=pan, expiry_month=12, expiry_year=2030, holder="A B")
+    assert SimulatorAcquirer(delay).may_block(card) is blocks

@@ -1,6 +1,6 @@
 """Persistence: schema, migrations and the unit of work."""
 
-from .engine import Database
+from .engine import Database, WriterBusy
 from .migrate import migrate
 
-__all__ = ["Database", "migrate"]
+__all__ = ["Database", "WriterBusy", "migrate"]

@@ -28,7 +28,7 @@ try:
 except ImportError:  # pragma: no cover - not POSIX: SQLite's busy handler queues processes
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["Database", "WriterLock"]
+__all__ = ["Database", "WriterBusy", "WriterLock"]
 
 log = logging.getLogger("payplane.db")
 
@@ -62,18 +62,32 @@ class WriterLock:
             self._pid = os.getpid()
         return self._fd
 
-    def __enter__(self) -> None:
-        self._threads.acquire()
+    def acquire(self, *, blocking: bool = True) -> bool:
+        """Take the lock; without ``blocking``, only if no other thread or process has it."""
+        if not self._threads.acquire(blocking=blocking):
+            return False
         depth = getattr(self._depth, "value", 0)
         if depth == 0 and self._path is not None:
             try:
-                fcntl.flock(self._file(), fcntl.LOCK_EX)
+                fcntl.flock(
+                    self._file(), fcntl.LOCK_EX if blocking else fcntl.LOCK_EX | fcntl.LOCK_NB
+                )
+            except BlockingIOError:
+                self._threads.release()
+                return False
             except BaseException:
                 self._threads.release()
                 raise
         self._depth.value = depth + 1
+        return True
+
+    def __enter__(self) -> None:
+        self.acquire()
 
     def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def release(self) -> None:
         self._depth.value -= 1
         try:
             if self._depth.value == 0 and self._path is not None:
@@ -85,6 +99,11 @@ class WriterLock:
         if self._fd is not None and self._pid == os.getpid():
             os.close(self._fd)
         self._fd = None
+
+
+class WriterBusy(Exception):
+    """Raised by ``Database.write()`` inside ``Database.without_waiting()`` when another thread
+    or process holds SQLite's writer lock: the caller goes and waits for it elsewhere."""
 
 
 _shared_writers: dict[str, tuple[WriterLock, int]] = {}
@@ -141,6 +160,7 @@ class Database:
         self._listeners: dict[str, list[Listener]] = {}
         self._lock = threading.Lock()
         self._sqlite_writer: WriterLock | None = None
+        self._not_waiting = threading.local()
         self._writer_path: str | None = None
         if self.is_sqlite:
             database = _sqlite_file(url)
@@ -171,10 +191,16 @@ class Database:
     @contextmanager
     def write(self) -> Iterator[Connection]:
         """A read-write transaction, committed on success, rolled back on any exception."""
-        if self._sqlite_writer is not None:
+        writer = self._sqlite_writer
+        if writer is not None:
             # SQLite has one writer: queue for it here (see WriterLock).
-            with self._sqlite_writer, self._write() as conn:
-                yield conn
+            if not writer.acquire(blocking=not getattr(self._not_waiting, "on", False)):
+                raise WriterBusy()
+            try:
+                with self._write() as conn:
+                    yield conn
+            finally:
+                writer.release()
         else:
             with self._write() as conn:
                 yield conn
@@ -189,6 +215,18 @@ class Database:
             channels: set[str] = conn.info.pop("payplane_notify", set())
         for channel in channels:
             self._fire(channel)
+
+    @contextmanager
+    def without_waiting(self) -> Iterator[None]:
+        """Within the block, on this thread, ``write()`` raises ``WriterBusy`` instead of
+        waiting for another writer. For running short SQLite work on an event loop: reads in
+        WAL mode never wait, and a write runs only when nobody else holds the lock."""
+        previous = getattr(self._not_waiting, "on", False)
+        self._not_waiting.on = True
+        try:
+            yield
+        finally:
+            self._not_waiting.on = previous
 
     @contextmanager
     def read(self) -> Iterator[Connection]:

@@ -43,6 +43,7 @@ __all__ = [
     "PageState",
     "Submission",
     "SubmitResult",
+    "acquirer_may_block",
     "authorize",
     "callback_url_problem",
     "check_submission",
@@ -314,6 +315,13 @@ def check_submission(
         return Submission(payment, None, [])
     card, problems = check_card(pan, expiry, cvv, holder, ctx.clock.now().date())
     return Submission(payment, card, problems)
+
+
+def acquirer_may_block(ctx: AppContext, card: Card) -> bool:
+    """Whether asking the acquirer about ``card`` may block. An acquirer says it does not
+    with a ``may_block(card)`` method; one without it is taken to block."""
+    check = getattr(get_acquirer(ctx), "may_block", None)
+    return True if check is None else bool(check(card))
 
 
 def authorize(ctx: AppContext, payment: Row[Any], card: Card) -> Decision:

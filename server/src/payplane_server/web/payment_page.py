@@ -45,6 +45,7 @@ from ..domain.validation import parse_query
 from ..errors import FormExpired, InvalidParameters, PageError
 from ..services import payments as service
 from .i18n import negotiate
+from .offload import run_database_work
 from .pages import NO_STORE, gettext_for, render_page
 
 __all__ = ["CSRF_TTL_SECONDS", "csrf_token", "routes"]
@@ -283,7 +284,14 @@ def _limiter(request: Request) -> CapacityLimiter:
     return limiter
 
 
+async def _database_work(request: Request, function: Callable[..., Any], *args: Any) -> Any:
+    """Page work that reads and writes the database (see ``offload``: on SQLite it runs on the
+    event loop unless it would wait, so it must be safe to start again)."""
+    return await run_database_work(_context(request).db, function, *args, limiter=_limiter(request))
+
+
 async def _in_thread(request: Request, function: Callable[..., Any], *args: Any) -> Any:
+    """Page work that may block or must run once: always in a worker thread."""
     return await anyio.to_thread.run_sync(function, *args, limiter=_limiter(request))
 
 
@@ -292,7 +300,7 @@ def _pages(handler: Callable[[Request], Response]) -> Page:
 
     async def endpoint(request: Request) -> Response:
         try:
-            response: Response = await _in_thread(request, handler, request)
+            response: Response = await _database_work(request, handler, request)
             return response
         except _InLanguage as wrapped:
             return _error_page(wrapped.error, wrapped.language)
@@ -369,17 +377,21 @@ async def card_submit(request: Request) -> Response:
         )  # fmt: skip
 
     try:
-        submission: service.Submission = await _in_thread(request, check)
+        submission: service.Submission = await _database_work(request, check)
         if submission.card is None:
             if submission.problems:
                 return _card_page(ctx, submission.payment, submission.problems, expiry, holder)
             return _see_other(_path(submission.payment))
-        # The acquirer may block (the time-out card sleeps): it runs on the general thread
-        # pool, not on one of the few threads kept for page work.
-        decision = await anyio.to_thread.run_sync(
-            service.authorize, ctx, submission.payment, submission.card
-        )
-        payment = await _in_thread(
+        if service.acquirer_may_block(ctx, submission.card):
+            # A call that may block (a network acquirer, the simulator's time-out card) runs
+            # on the general thread pool, not on one of the few threads kept for page work.
+            decision = await anyio.to_thread.run_sync(
+                service.authorize, ctx, submission.payment, submission.card
+            )
+        else:
+            decision = service.authorize(ctx, submission.payment, submission.card)
+        # Recording is a conditional UPDATE from NEW: safe to start again.
+        payment = await _database_work(
             request, service.record_submission, ctx, submission.payment, submission.card, decision
         )
         return _see_other(_path(payment))
@@ -417,7 +429,14 @@ async def challenge_submit(request: Request) -> Response:
         payment = service.complete_challenge(ctx, payment, _field(form, "code", 64))
         return _see_other(_path(payment))
 
-    return await _pages(lambda _request: work())(request)
+    # The acquirer is asked inside: a worker thread, so that it is asked once.
+    try:
+        response: Response = await _in_thread(request, work)
+        return response
+    except _InLanguage as wrapped:
+        return _error_page(wrapped.error, wrapped.language)
+    except PageError as error:
+        return _error_page(error, negotiate(None))
 
 
 def waiting(request: Request) -> Response:
@@ -441,7 +460,7 @@ def result(request: Request) -> Response:
 async def status(request: Request) -> Response:
     ctx = _context(request)
     try:
-        payment = await _in_thread(
+        payment = await _database_work(
             request, service.find_by_token, ctx, request.path_params["token"]
         )
     except PageError as error:
