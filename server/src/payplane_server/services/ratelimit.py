@@ -15,9 +15,7 @@ the previous window are removed when a subject opens a new window.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -30,11 +28,6 @@ from ..context import AppContext
 __all__ = ["WINDOW_SECONDS", "Decision", "admit", "estimate", "hit", "retry_after"]
 
 WINDOW_SECONDS = 60
-
-# SQLite has one writer at a time, and threads that find the write lock taken back off in
-# sleeps of up to 100 ms; queueing this process's counter updates on a mutex instead keeps a
-# burst of concurrent requests from turning into a train of such sleeps.
-_SQLITE_WRITER = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -83,9 +76,9 @@ def hit(
     """
     now = ctx.clock.now()
     window, elapsed = _window_of(now)
-    guard = _SQLITE_WRITER if ctx.db.is_sqlite else contextlib.nullcontext()
     postgres = not ctx.db.is_sqlite
-    with guard, ctx.db.write() as conn:
+    # On SQLite, concurrent counters queue on the database's writer lock (``Database.write``).
+    with ctx.db.write() as conn:
 
         def run(sql: str, *params: object) -> Any:
             return conn.exec_driver_sql(sql.replace("?", "%s") if postgres else sql, params)
