@@ -6,6 +6,7 @@ import asyncio
 import fcntl
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -275,5 +276,43 @@ def test_postgres_work_goes_to_a_thread_and_sqlite_work_stays_on_the_loop(
 
         loop_thread, worker_thread = asyncio.run(scenario())
         assert (loop_thread == worker_thread) is db.is_sqlite
+    finally:
+        db.dispose()
+
+
+def _other_writer_is_locked_out(path: Path) -> bool:
+    """Whether a plain sqlite3 connection fails to start a write transaction right now."""
+    other = sqlite3.connect(path, isolation_level=None, timeout=0)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError:
+        return True
+    else:
+        other.execute("ROLLBACK")
+        return False
+    finally:
+        other.close()
+
+
+def test_write_takes_sqlite_write_lock_at_once_and_read_does_not(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    db = Database(sqlite_url)
+    path = tmp_path / "payplane.db"
+    try:
+        with db.write() as conn:
+            # Before any statement: BEGIN IMMEDIATE holds the write lock.
+            assert conn.connection.driver_connection.in_transaction  # type: ignore[union-attr]
+            assert _other_writer_is_locked_out(path)
+        assert not _other_writer_is_locked_out(path)
+        with db.read() as conn:
+            # A read transaction is open (one snapshot) but leaves writers alone.
+            assert conn.connection.driver_connection.in_transaction  # type: ignore[union-attr]
+            conn.execute(text("SELECT count(*) FROM merchants")).scalar_one()
+            assert not _other_writer_is_locked_out(path)
+        with pytest.raises(RuntimeError), db.write() as conn:
+            conn.execute(text("INSERT INTO merchants (name, created_at) VALUES ('x', '2026')"))
+            raise RuntimeError("rolled back")
+        assert _merchant_names(db) == []
     finally:
         db.dispose()

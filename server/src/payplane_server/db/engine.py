@@ -106,7 +106,8 @@ class WriterBusy(Exception):
     or process holds SQLite's writer lock: the caller goes and waits for it elsewhere."""
 
 
-_BEGIN = {"DEFERRED": "BEGIN DEFERRED", "IMMEDIATE": "BEGIN IMMEDIATE"}
+# The key of a pooled SQLite connection's ``info`` that asks do_begin for BEGIN IMMEDIATE.
+_BEGIN_MODE = "payplane_begin"
 
 _shared_writers: dict[str, tuple[WriterLock, int]] = {}
 _shared_guard = threading.Lock()
@@ -185,12 +186,18 @@ class Database:
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.close()
 
-        @event.listens_for(engine, "begin")
-        def _on_begin(conn: Connection) -> None:
-            mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
-            # Straight to the driver: BEGIN returns no rows, and a statement through
-            # SQLAlchemy's execution machinery costs several times SQLite's own work here.
-            conn.connection.driver_connection.execute(_BEGIN[mode])  # type: ignore[union-attr]
+        # pysqlite in autocommit mode (isolation_level None, above) never begins a transaction
+        # itself, so the dialect's begin step sends BEGIN, IMMEDIATE for write() (one writer:
+        # take the lock up front rather than fail on upgrading it later). Done in the
+        # dialect rather than in a "begin" event listener: any engine event listener sends
+        # every statement of the engine through SQLAlchemy's event dispatch, and going
+        # straight to the driver costs a fraction of a statement through SQLAlchemy.
+        def do_begin(dbapi_connection: Any) -> None:
+            dbapi_connection.driver_connection.execute(
+                dbapi_connection.info.get(_BEGIN_MODE, "BEGIN DEFERRED")
+            )
+
+        engine.dialect.do_begin = do_begin  # type: ignore[method-assign]
 
     @contextmanager
     def write(self) -> Iterator[Connection]:
@@ -213,8 +220,16 @@ class Database:
     def _write(self) -> Iterator[Connection]:
         with self.engine.connect() as conn:
             if self.is_sqlite:
-                conn = conn.execution_options(sqlite_begin="IMMEDIATE")
-            with conn.begin():
+                # Read by _configure_sqlite's do_begin, which runs inside conn.begin().
+                info = conn.connection.info
+                info[_BEGIN_MODE] = "BEGIN IMMEDIATE"
+                try:
+                    transaction = conn.begin()
+                finally:
+                    del info[_BEGIN_MODE]
+            else:
+                transaction = conn.begin()
+            with transaction:
                 yield conn
             channels: set[str] = conn.info.pop("payplane_notify", set())
         for channel in channels:
