@@ -108,8 +108,8 @@ def _set(table: Any, names: Sequence[str]) -> dict[str, Any]:
 
 
 def _payment_update(names: tuple[str, ...], *, from_new: bool) -> Update:
-    """UPDATE payments SET <names> WHERE id = :pk AND status is NEW (``from_new``) or one
-    of :allowed, RETURNING the row."""
+    """UPDATE payments SET <names> WHERE id = :pk AND status is NEW (``from_new``: RETURNING
+    only the id, which says whether it moved) or one of :allowed (RETURNING the row)."""
     key = (from_new, names)
     statement = _payment_updates.get(key)
     if statement is None:
@@ -122,7 +122,7 @@ def _payment_update(names: tuple[str, ...], *, from_new: bool) -> Update:
             update(payments)
             .where(payments.c.id == bindparam("pk"), status_ok)
             .values(**_set(payments, names))
-            .returning(*payments.c)
+            .returning(*((payments.c.id,) if from_new else payments.c))
         )
         _payment_updates[key] = statement
     return statement
