@@ -157,6 +157,12 @@ def _announce(settings: Settings, cert_path: Any, created: bool) -> None:
         elif cert_path is not None:
             note = "created a self-signed certificate" if created else "certificate"
             print(f"Data API TLS {note}: {cert_path}", file=out)
+    if settings.workers > 1 and settings.resolved_database_url.startswith("sqlite"):
+        print(
+            "NOTE: on SQLite one serving process is faster than several (they queue for its one"
+            " writer); use PostgreSQL to serve from several processes. See docs/deployment.md.",
+            file=out,
+        )
     print(
         f"role={settings.role} workers={settings.workers} pid={os.getpid()}", file=out, flush=True
     )
