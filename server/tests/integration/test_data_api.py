@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -193,3 +194,33 @@ def test_response_bytes_are_utf8_json(ctx: AppContext, client: TestClient) -> No
     response = post(client, world, "/v1/balance/get", "admin", {"note": "Grüße ✓"})
     assert response.headers["content-type"].startswith("application/json")
     assert json.loads(response.content.decode("utf-8")) == response.json()
+
+
+def test_a_held_writer_lock_delays_balance_but_does_not_fail_it(
+    ctx: AppContext, client: TestClient, world: DataApiWorld
+) -> None:
+    """On SQLite the request's work starts on the event loop, finds the writer lock (its rate
+    limit count is a write) held by another thread, and finishes on a worker thread once the
+    lock is free; on PostgreSQL it runs on a thread from the start."""
+    held, release = threading.Event(), threading.Event()
+    events: list[str] = []
+
+    def hold() -> None:
+        with ctx.db.write():
+            held.set()
+            release.wait(10)
+            events.append("released")
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(10)
+    threading.Timer(0.3, release.set).start()
+    try:
+        body = signed_ok(world, "admin", post(client, world, "/v1/balance/get", "admin", {}))
+        events.append("answered")
+    finally:
+        release.set()
+        holder.join()
+    assert body["balance"] == [{"name": "Shop_balance_EUR", "EUR": "30000"}]
+    if ctx.db.is_sqlite:
+        assert events == ["released", "answered"]

@@ -24,15 +24,19 @@ SECRET = "shop-secret-key"
 OPENERS = 20
 
 
-def test_twenty_concurrent_openings_of_one_url_make_one_payment(ctx: AppContext) -> None:
-    create_project(ctx, project_id=402, name="Shop", callback_url=None, secret=SECRET)
-    params = {
+def _params(payment_id: str, amount: int, currency: str) -> dict[str, Any]:
+    return {
         "project_id": 402,
-        "payment_id": "race-1",
-        "payment_amount": 1999,
-        "payment_currency": "USD",
+        "payment_id": payment_id,
+        "payment_amount": amount,
+        "payment_currency": currency,
         "customer_id": "c-1",
     }
+
+
+def test_twenty_concurrent_openings_of_one_url_make_one_payment(ctx: AppContext) -> None:
+    create_project(ctx, project_id=402, name="Shop", callback_url=None, secret=SECRET)
+    params = _params("race-1", 1999, "USD")
     url = signed_url(params, SECRET)
     start = threading.Barrier(OPENERS)
 
@@ -54,13 +58,7 @@ def test_twenty_concurrent_openings_of_one_url_make_one_payment(ctx: AppContext)
 
 def test_concurrent_submits_of_one_payment_make_one_operation(ctx: AppContext) -> None:
     create_project(ctx, project_id=402, name="Shop", callback_url=None, secret=SECRET)
-    params = {
-        "project_id": 402,
-        "payment_id": "race-2",
-        "payment_amount": 500,
-        "payment_currency": "EUR",
-        "customer_id": "c-1",
-    }
+    params = _params("race-2", 500, "EUR")
     with LiveServer(create_app(ctx)) as server:
         with httpx.Client(base_url=server.url, timeout=60) as client:
             _, token = Customer(client).open(signed_url(params, SECRET))
@@ -216,13 +214,7 @@ def _pay_and_challenge(ctx: AppContext) -> list[str]:
     with LiveServer(create_app(ctx)) as server, httpx.Client(base_url=server.url) as client:
         customer = Customer(client)
         for payment_id, pan in (("direct", "4000000000000077"), ("3ds", "5413330000000019")):
-            params = {
-                "project_id": 402,
-                "payment_id": payment_id,
-                "payment_amount": 700,
-                "payment_currency": "EUR",
-                "customer_id": "c-1",
-            }
+            params = _params(payment_id, 700, "EUR")
             _, token = customer.open(signed_url(params, SECRET))
             assert token is not None
             assert customer.pay(token, pan).status_code == 303
@@ -245,3 +237,48 @@ def test_an_acquirer_that_never_blocks_authorizes_on_the_event_loop(ctx: AppCont
     assert _pay_and_challenge(ctx) == ["success", "success"]
     # A challenge's answer is always asked from a thread: it must be asked exactly once.
     assert acquirer.on_loop == [True, True, False]
+
+
+def test_a_held_writer_lock_delays_registration_but_not_the_event_loop(
+    ctx: AppContext,
+) -> None:
+    """On SQLite ``GET /payment`` starts on the event loop, finds the writer lock held by
+    another thread, and starts again on a worker thread: the loop goes on serving meanwhile,
+    and the payment is registered once the lock is free."""
+    create_project(ctx, project_id=402, name="Shop", callback_url=None, secret=SECRET)
+    params = _params("behind-a-writer", 900, "EUR")
+    events: list[str] = []
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with ctx.db.write():
+            held.set()
+            release.wait(30)
+            events.append("released")
+
+    with LiveServer(create_app(ctx)) as server, ThreadPoolExecutor(1) as pool:
+        holder = threading.Thread(target=hold)
+        holder.start()
+        try:
+            assert held.wait(10)
+
+            def open_payment() -> tuple[int, str | None]:
+                with httpx.Client(base_url=server.url, timeout=30) as client:
+                    response, token = Customer(client).open(signed_url(params, SECRET))
+                    events.append("answered")
+                    return response.status_code, token
+
+            opening = pool.submit(open_payment)
+            threading.Event().wait(0.3)  # let the request reach the lock
+            # The writer is still held, and the same server answers another request.
+            assert httpx.get(server.url + "/healthz", timeout=5).status_code == 200
+            events.append("healthz")
+        finally:
+            release.set()
+            holder.join()
+        status, token = opening.result(timeout=30)
+    assert status == 200 and token is not None
+    if ctx.db.is_sqlite:
+        assert events == ["healthz", "released", "answered"]
+    with ctx.db.read() as conn:
+        assert conn.execute(select(func.count()).select_from(payments)).scalar_one() == 1
