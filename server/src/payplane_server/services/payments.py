@@ -325,7 +325,8 @@ def acquirer_may_block(ctx: AppContext, card: Card) -> bool:
 
 
 def authorize(ctx: AppContext, payment: Row[Any], card: Card) -> Decision:
-    """Step 2: ask the acquirer. May block (call it from a thread that holds nothing)."""
+    """Step 2: ask the acquirer. May block: call it from a thread that holds nothing, unless
+    ``acquirer_may_block`` says that it will not."""
     return get_acquirer(ctx).authorize(
         Authorization(
             project_id=int(payment.project_id),

@@ -296,7 +296,8 @@ async def _in_thread(request: Request, function: Callable[..., Any], *args: Any)
 
 
 def _pages(handler: Callable[[Request], Response]) -> Page:
-    """Run ``handler`` in a worker thread (it does database work) and render page errors."""
+    """Run ``handler`` (database work: on the event loop or a worker thread, see
+    ``_database_work``) and render page errors."""
 
     async def endpoint(request: Request) -> Response:
         try:
