@@ -203,18 +203,17 @@ class Database:
     def write(self) -> Iterator[Connection]:
         """A read-write transaction, committed on success, rolled back on any exception."""
         writer = self._sqlite_writer
-        if writer is not None:
-            # SQLite has one writer: queue for it here (see WriterLock).
-            if not writer.acquire(blocking=not getattr(self._not_waiting, "on", False)):
-                raise WriterBusy()
-            try:
-                with self._write() as conn:
-                    yield conn
-            finally:
-                writer.release()
-        else:
+        # SQLite has one writer: queue for it here (see WriterLock).
+        if writer is not None and not writer.acquire(
+            blocking=not getattr(self._not_waiting, "on", False)
+        ):
+            raise WriterBusy()
+        try:
             with self._write() as conn:
                 yield conn
+        finally:
+            if writer is not None:
+                writer.release()
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:

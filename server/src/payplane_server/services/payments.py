@@ -150,6 +150,9 @@ def open_payment(ctx: AppContext, params: Mapping[str, str], signature: str | No
         _, problems = validate(params)
         raise InvalidParameters(problems or [ParamProblem("project_id", "Invalid project.")])
     payment_id = params.get("payment_id")
+    # Worked out before the transaction (it may look up this machine's names once): it
+    # refuses only a payment about to be registered, below.
+    unreachable = callback_url_problem(ctx, params)
     try:
         # One transaction: reading the secret and inserting cost one BEGIN/COMMIT, and a
         # refused URL rolls back having written nothing.
@@ -170,10 +173,7 @@ def open_payment(ctx: AppContext, params: Mapping[str, str], signature: str | No
                 now = ctx.clock.now()
                 refused = [
                     problem
-                    for problem in (
-                        expired_problem(request.best_before, now),
-                        callback_url_problem(ctx, params),
-                    )
+                    for problem in (expired_problem(request.best_before, now), unreachable)
                     if problem is not None
                 ]
                 if refused:
