@@ -15,6 +15,7 @@ from starlette.testclient import TestClient
 from payplane_server.context import AppContext
 from payplane_server.services.accounts import grant_project, revoke_project
 from payplane_server.testing.data_api import DataApiWorld, build_world
+from payplane_server.testing.writer import writer_held_elsewhere
 from payplane_server.web import create_data_api_app
 
 
@@ -202,25 +203,10 @@ def test_a_held_writer_lock_delays_balance_but_does_not_fail_it(
     """On SQLite the request's work starts on the event loop, finds the writer lock (its rate
     limit count is a write) held by another thread, and finishes on a worker thread once the
     lock is free; on PostgreSQL it runs on a thread from the start."""
-    held, release = threading.Event(), threading.Event()
-    events: list[str] = []
-
-    def hold() -> None:
-        with ctx.db.write():
-            held.set()
-            release.wait(10)
-            events.append("released")
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    assert held.wait(10)
-    threading.Timer(0.3, release.set).start()
-    try:
+    with writer_held_elsewhere(ctx.db) as holder:
+        threading.Timer(0.3, holder.release).start()
         body = signed_ok(world, "admin", post(client, world, "/v1/balance/get", "admin", {}))
-        events.append("answered")
-    finally:
-        release.set()
-        holder.join()
+        answered_after_release = holder.released.is_set()
     assert body["balance"] == [{"name": "Shop_balance_EUR", "EUR": "30000"}]
     if ctx.db.is_sqlite:
-        assert events == ["released", "answered"]
+        assert answered_after_release

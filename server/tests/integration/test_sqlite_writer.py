@@ -18,6 +18,7 @@ from sqlalchemy import text
 
 from payplane_server.db import engine, migrate
 from payplane_server.db.engine import Database, WriterBusy, WriterLock
+from payplane_server.testing.writer import writer_held_elsewhere
 from payplane_server.web.offload import run_database_work
 
 HOLDER = """
@@ -186,33 +187,14 @@ def test_without_waiting_a_free_writer_writes(sqlite_url: str) -> None:
         db.dispose()
 
 
-def _hold_in_a_thread(db: Database) -> tuple[threading.Thread, threading.Event]:
-    """A thread inside a write transaction of ``db`` until the returned event is set."""
-    held, finish = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with db.write():
-            held.set()
-            finish.wait(10)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    assert held.wait(10)
-    return holder, finish
-
-
 def test_without_waiting_a_writer_held_by_another_thread_is_busy(sqlite_url: str) -> None:
     db = Database(sqlite_url)
-    holder, finish = _hold_in_a_thread(db)
-    try:
+    with writer_held_elsewhere(db) as holder:
         with db.without_waiting(), pytest.raises(WriterBusy):
             _insert_merchant(db, "inline")
         # Outside the block the same write waits its turn again.
-        finish.set()
+        holder.release()
         _insert_merchant(db, "waited")
-    finally:
-        finish.set()
-        holder.join()
     assert _merchant_names(db) == ["waited"]
     db.dispose()
 
@@ -250,11 +232,10 @@ def test_database_work_runs_on_the_loop_or_again_in_a_thread(sqlite_url: str) ->
         assert threads == [loop_thread]
 
         threads.clear()
-        holder, finish = _hold_in_a_thread(db)
-        asyncio.get_running_loop().call_later(0.2, finish.set)
-        # Busy on the loop: started again in a worker thread, which waits for the holder.
-        assert await run_database_work(db, work, "busy") == "busy"
-        holder.join()
+        with writer_held_elsewhere(db) as holder:
+            asyncio.get_running_loop().call_later(0.2, holder.release)
+            # Busy on the loop: started again in a worker thread, which waits for the holder.
+            assert await run_database_work(db, work, "busy") == "busy"
         assert threads[0] == loop_thread and threads[1] != loop_thread
         assert len(threads) == 2
 
