@@ -6,12 +6,18 @@ upgrade. They queue on a lock of their own (``WriterLock``), not in SQLite's bus
 PostgreSQL runs at READ COMMITTED; code that needs a row for itself uses ``FOR UPDATE``
 (SKIP LOCKED for work queues) or a conditional UPDATE.
 
+Short SQLite work run on an event loop (``on_event_loop``, used by
+``web.offload.run_database_work``) shares one write transaction per turn of the loop: a group
+commit. Each piece of work writes inside a savepoint of it, so a failing piece undoes only its
+own writes, and waits for the commit before it answers.
+
 ``notify(conn, channel)`` wakes waiting workers once the transaction commits: through
 ``pg_notify`` on PostgreSQL (every process) and an in-process signal on both engines.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
@@ -28,7 +34,7 @@ try:
 except ImportError:  # pragma: no cover - not POSIX: SQLite's busy handler queues processes
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["Database", "WriterBusy", "WriterLock"]
+__all__ = ["Database", "GroupCommit", "LoopWork", "WriterBusy", "WriterLock"]
 
 log = logging.getLogger("payplane.db")
 
@@ -81,6 +87,10 @@ class WriterLock:
         self._depth.value = depth + 1
         return True
 
+    def held_here(self) -> bool:
+        """Whether this thread holds the lock."""
+        return getattr(self._depth, "value", 0) > 0
+
     def __enter__(self) -> None:
         self.acquire()
 
@@ -104,6 +114,38 @@ class WriterLock:
 class WriterBusy(Exception):
     """Raised by ``Database.write()`` inside ``Database.without_waiting()`` when another thread
     or process holds SQLite's writer lock: the caller goes and waits for it elsewhere."""
+
+
+class GroupCommit:
+    """The write transaction shared by the on-loop work of one turn of an event loop.
+
+    Opened by the first write (taking the writer lock without waiting), committed by a callback
+    the loop runs after the work of this turn, which then tells every waiting piece of work
+    whether its writes are durable."""
+
+    __slots__ = ("connection", "transaction", "waiters")
+
+    def __init__(self, connection: Connection, transaction: Any) -> None:
+        self.connection = connection
+        self.transaction = transaction
+        self.waiters: list[asyncio.Future[bool]] = []
+
+    def committed(self) -> asyncio.Future[bool]:
+        """A future of the commit: True once it is durable, False if it failed (and rolled
+        back). One per waiter, so that cancelling one waiter leaves the others waiting."""
+        waiter = asyncio.get_running_loop().create_future()
+        self.waiters.append(waiter)
+        return waiter
+
+
+class LoopWork:
+    """One piece of work run by ``Database.on_event_loop``: the group commit it wrote or read
+    in, which it must wait for before it answers (None: it touched no group)."""
+
+    __slots__ = ("group",)
+
+    def __init__(self) -> None:
+        self.group: GroupCommit | None = None
 
 
 # The key of a pooled SQLite connection's ``info`` that asks do_begin for BEGIN IMMEDIATE.
@@ -164,6 +206,9 @@ class Database:
         self._lock = threading.Lock()
         self._sqlite_writer: WriterLock | None = None
         self._not_waiting = threading.local()
+        # Per thread (so per event loop): .work, the LoopWork being run; .group, the open
+        # GroupCommit.
+        self._loop = threading.local()
         self._writer_path: str | None = None
         if self.is_sqlite:
             database = _sqlite_file(url)
@@ -201,13 +246,23 @@ class Database:
 
     @contextmanager
     def write(self) -> Iterator[Connection]:
-        """A read-write transaction, committed on success, rolled back on any exception."""
+        """A read-write transaction, committed on success, rolled back on any exception.
+
+        Inside ``on_event_loop`` on SQLite: a savepoint of the loop's group commit instead,
+        released on success and rolled back on any exception; it commits with the group."""
         writer = self._sqlite_writer
-        # SQLite has one writer: queue for it here (see WriterLock).
-        if writer is not None and not writer.acquire(
-            blocking=not getattr(self._not_waiting, "on", False)
-        ):
-            raise WriterBusy()
+        if writer is not None:
+            work: LoopWork | None = getattr(self._loop, "work", None)
+            if work is not None:
+                with self._grouped(work) as conn:
+                    yield conn
+                return
+            if getattr(self._loop, "group", None) is not None:
+                # Waiting here would wait for a commit that only this thread can make.
+                raise RuntimeError("a write on an event loop runs through run_database_work")
+            # SQLite has one writer: queue for it here (see WriterLock).
+            if not writer.acquire(blocking=not getattr(self._not_waiting, "on", False)):
+                raise WriterBusy()
         try:
             with self._write() as conn:
                 yield conn
@@ -218,21 +273,108 @@ class Database:
     @contextmanager
     def _write(self) -> Iterator[Connection]:
         with self.engine.connect() as conn:
-            if self.is_sqlite:
-                # Read by _configure_sqlite's do_begin, which runs inside conn.begin().
-                info = conn.connection.info
-                info[_BEGIN_MODE] = "BEGIN IMMEDIATE"
-                try:
-                    transaction = conn.begin()
-                finally:
-                    del info[_BEGIN_MODE]
-            else:
-                transaction = conn.begin()
+            transaction = self._begin(conn, "BEGIN IMMEDIATE" if self.is_sqlite else None)
             with transaction:
                 yield conn
             channels: set[str] = conn.info.pop("payplane_notify", set())
         for channel in channels:
             self._fire(channel)
+
+    @staticmethod
+    def _begin(conn: Connection, sqlite_mode: str | None) -> Any:
+        if sqlite_mode is None:
+            return conn.begin()
+        # Read by _configure_sqlite's do_begin, which runs inside conn.begin().
+        info = conn.connection.info
+        info[_BEGIN_MODE] = sqlite_mode
+        try:
+            return conn.begin()
+        finally:
+            del info[_BEGIN_MODE]
+
+    @contextmanager
+    def on_event_loop(self) -> Iterator[LoopWork]:
+        """Run SQLite work on the event loop of this thread: ``write()`` joins the loop's
+        group commit (opening it if need be, and raising ``WriterBusy`` if another thread or
+        process holds the writer lock), and ``read()`` reads in the group while one is open.
+
+        The caller must wait for ``work.group.committed()`` (when ``work.group`` is set)
+        before it tells anyone what the work did."""
+        assert self._sqlite_writer is not None, "only SQLite work runs on the event loop"
+        previous = getattr(self._loop, "work", None)
+        work = self._loop.work = LoopWork()
+        try:
+            yield work
+        finally:
+            self._loop.work = previous
+
+    def _group(self) -> GroupCommit:
+        """The open group commit of this thread's event loop, or a new one."""
+        group: GroupCommit | None = getattr(self._loop, "group", None)
+        if group is not None:
+            return group
+        writer = self._sqlite_writer
+        assert writer is not None
+        # Held here but not by a group of this database: an enclosing write, or another
+        # Database on the same file, whose lock this thread cannot wait for.
+        if writer.held_here() or not writer.acquire(blocking=False):
+            raise WriterBusy()
+        try:
+            conn = self.engine.connect()
+            try:
+                transaction = self._begin(conn, "BEGIN IMMEDIATE")
+            except BaseException:
+                conn.close()
+                raise
+        except BaseException:
+            writer.release()
+            raise
+        group = self._loop.group = GroupCommit(conn, transaction)
+        asyncio.get_running_loop().call_soon(self._commit_group, group)
+        return group
+
+    @contextmanager
+    def _grouped(self, work: LoopWork) -> Iterator[Connection]:
+        group = self._group()
+        work.group = group
+        conn = group.connection
+        driver = conn.connection.driver_connection
+        assert driver is not None
+        driver.execute("SAVEPOINT payplane_work")
+        try:
+            yield conn
+        except BaseException:
+            driver.execute("ROLLBACK TO payplane_work")
+            driver.execute("RELEASE payplane_work")
+            raise
+        driver.execute("RELEASE payplane_work")
+
+    def _commit_group(self, group: GroupCommit) -> None:
+        self._loop.group = None
+        conn = group.connection
+        channels: set[str] = conn.info.pop("payplane_notify", set())
+        try:
+            group.transaction.commit()
+            durable = True
+        except Exception:
+            log.exception("a group commit failed; its work runs again")
+            durable = False
+            try:
+                group.transaction.rollback()
+            except Exception:
+                log.exception("rolling back the failed group commit failed")
+        finally:
+            try:
+                conn.close()
+            finally:
+                assert self._sqlite_writer is not None
+                self._sqlite_writer.release()
+        for waiter in group.waiters:
+            if not waiter.done():
+                waiter.set_result(durable)
+        if durable:
+            for channel in channels:
+                self._fire(channel)
 
     @contextmanager
     def without_waiting(self) -> Iterator[None]:
@@ -248,7 +390,16 @@ class Database:
 
     @contextmanager
     def read(self) -> Iterator[Connection]:
-        """A read-only transaction (a consistent snapshot on both engines)."""
+        """A read-only transaction (a consistent snapshot on both engines). Inside
+        ``on_event_loop`` while the loop's group commit is open: a read in the group, which
+        sees its writes (so the work must wait for the group to commit before answering)."""
+        work: LoopWork | None = getattr(self._loop, "work", None)
+        if work is not None:
+            group: GroupCommit | None = getattr(self._loop, "group", None)
+            if group is not None:
+                work.group = group
+                yield group.connection
+                return
         with self.engine.connect() as conn, conn.begin():
             yield conn
 
