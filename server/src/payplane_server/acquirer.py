@@ -7,8 +7,10 @@ Contract: ``authorize`` and ``complete_challenge`` may block (a network call, th
 time-out delay); the Payment Page calls them from a worker thread and *outside* any database
 transaction, then records the decision in one transaction. They never see the CVV. An acquirer
 that can tell in advance that an authorisation will not block says so with an optional
-``may_block(card) -> bool``; the Payment Page then asks it on the event loop and saves a
-thread hand-off (the simulator does: only its time-out card waits).
+``may_block(card) -> bool``. False also promises that the authorisation has no effect outside
+Payplane, so that asking twice is harmless: the Payment Page then asks it on the event loop,
+within the page's database work, which starts again if its commit fails (the simulator does
+so for every card but its time-out card, which waits).
 """
 
 from __future__ import annotations

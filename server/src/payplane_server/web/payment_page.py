@@ -377,20 +377,30 @@ async def card_submit(request: Request) -> Response:
             cvv=_field(form, "cvv", 8), holder=holder,
         )  # fmt: skip
 
+    def check_and_record() -> tuple[service.Submission, Row[Any] | None]:
+        """The check, and when the acquirer will not block (the simulator), its decision
+        recorded too: one piece of database work. Asking the acquirer again, should the work
+        start again, is harmless for such an acquirer (see ``acquirer``)."""
+        submission = check()
+        card = submission.card
+        if card is None or service.acquirer_may_block(ctx, card):
+            return submission, None
+        decision = service.authorize(ctx, submission.payment, card)
+        return submission, service.record_submission(ctx, submission.payment, card, decision)
+
     try:
-        submission: service.Submission = await _database_work(request, check)
+        submission, recorded = await _database_work(request, check_and_record)
+        if recorded is not None:
+            return _see_other(_path(recorded))
         if submission.card is None:
             if submission.problems:
                 return _card_page(ctx, submission.payment, submission.problems, expiry, holder)
             return _see_other(_path(submission.payment))
-        if service.acquirer_may_block(ctx, submission.card):
-            # A call that may block (a network acquirer, the simulator's time-out card) runs
-            # on the general thread pool, not on one of the few threads kept for page work.
-            decision = await anyio.to_thread.run_sync(
-                service.authorize, ctx, submission.payment, submission.card
-            )
-        else:
-            decision = service.authorize(ctx, submission.payment, submission.card)
+        # A call that may block (a network acquirer, the simulator's time-out card) runs on
+        # the general thread pool, not on one of the few threads kept for page work.
+        decision = await anyio.to_thread.run_sync(
+            service.authorize, ctx, submission.payment, submission.card
+        )
         # Recording is a conditional UPDATE from NEW: safe to start again.
         payment = await _database_work(
             request, service.record_submission, ctx, submission.payment, submission.card, decision
