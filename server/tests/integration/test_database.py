@@ -6,7 +6,7 @@ import pytest
 from sqlalchemy import func, select
 
 from payplane_server.context import AppContext
-from payplane_server.db import migrate
+from payplane_server.db import driver_rows, migrate
 from payplane_server.db.tables import merchants
 from payplane_server.services.projects import (
     ProjectExists,
@@ -28,6 +28,22 @@ def test_a_failed_transaction_leaves_nothing(ctx: AppContext) -> None:
         raise RuntimeError("boom")
     with ctx.db.read() as conn:
         assert conn.execute(select(func.count()).select_from(merchants)).scalar() == 0
+
+
+def test_driver_rows_run_in_the_transaction_with_one_placeholder_style(ctx: AppContext) -> None:
+    insert = "INSERT INTO merchants (name, created_at) VALUES (?, ?) RETURNING id"
+    with pytest.raises(RuntimeError), ctx.db.write() as conn:
+        assert driver_rows(conn, insert, ("undone", "2026-01-01")) == [(1,)]
+        raise RuntimeError("rolled back with the transaction")
+    with ctx.db.write() as conn:
+        ((kept,),) = driver_rows(conn, insert, ("kept", "2026-01-01"))
+        # A statement without a result gives no rows; the rows are plain tuples.
+        assert driver_rows(conn, "UPDATE merchants SET name = ? WHERE id = ?", ("k", kept)) == []
+    with ctx.db.read() as conn:
+        assert driver_rows(conn, "SELECT id, name FROM merchants WHERE name = ?", ("k",)) == [
+            (kept, "k")
+        ]
+        assert conn.execute(select(func.count()).select_from(merchants)).scalar() == 1
 
 
 def test_project_secret_is_encrypted_at_rest_and_reads_back(ctx: AppContext) -> None:

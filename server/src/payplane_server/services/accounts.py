@@ -26,6 +26,7 @@ from sqlalchemy import Connection, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ..context import AppContext
+from ..db import driver_rows
 from ..db.tables import dashboard_sessions, merchants, projects, users
 from ..db.tables import user_projects as user_projects_table
 from ..domain.accounts import (
@@ -310,18 +311,16 @@ def user_projects(conn: Connection, user_id: int) -> list[int]:
 
 def projects_of(conn: Connection, user: User) -> list[int]:
     """``user_projects`` for an account already read in this transaction."""
-    postgres = conn.dialect.name != "sqlite"
     params: tuple[int, ...]
     if sees_all_projects(user.role):
         sql, params = _MERCHANT_PROJECTS, (user.merchant_id,)
     else:
         sql, params = _GRANTED_PROJECTS, (user.id, user.merchant_id)
-    rows = conn.exec_driver_sql(sql.replace("?", "%s") if postgres else sql, params)
-    project_ids: list[Any] = list(rows.scalars())
-    return sorted(int(pid) for pid in project_ids)
+    return sorted(int(project_id) for (project_id,) in driver_rows(conn, sql, params))
 
 
-# The Data API reads project access on every request: driver-level SQL, same text on both engines.
+# The Data API reads project access on every request: hand-written SQL, the same text on both
+# engines, run on the driver (``driver_rows``).
 _MERCHANT_PROJECTS = "SELECT id FROM projects WHERE merchant_id = ?"
 _GRANTED_PROJECTS = (
     "SELECT p.id FROM projects p JOIN user_projects g ON g.project_id = p.id"

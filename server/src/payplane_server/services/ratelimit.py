@@ -19,11 +19,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import Connection
 
 from ..context import AppContext
+from ..db import driver_rows
 
 __all__ = ["WINDOW_SECONDS", "Decision", "admit", "estimate", "hit", "retry_after"]
 
@@ -76,22 +76,19 @@ def hit(
     """
     now = ctx.clock.now()
     window, elapsed = _window_of(now)
-    postgres = not ctx.db.is_sqlite
     # On SQLite, concurrent counters queue on the database's writer lock (``Database.write``).
     with ctx.db.write() as conn:
-
-        def run(sql: str, *params: object) -> Any:
-            return conn.exec_driver_sql(sql.replace("?", "%s") if postgres else sql, params)
-
-        current = int(run(_BUMP, subject, window).scalar_one())
+        ((current,),) = driver_rows(conn, _BUMP, (subject, window))
+        current = int(current)
         if current == 1:
-            run(_FORGET_OLD, subject, window - 1)
-        previous = int(run(_PREVIOUS, subject, window - 1).scalar() or 0)
+            driver_rows(conn, _FORGET_OLD, (subject, window - 1))
+        earlier = driver_rows(conn, _PREVIOUS, (subject, window - 1))
+        previous = int(earlier[0][0]) if earlier else 0
         if admit(previous, current, elapsed, limit):
             if then is not None:
                 then(conn)
             return Decision(True, 0)
-        run(_TAKE_BACK, subject, window)
+        driver_rows(conn, _TAKE_BACK, (subject, window))
         wait = retry_after(previous, current - 1, elapsed, limit, max(3, minimum_retry_after))
         return Decision(False, wait)
 
@@ -102,8 +99,8 @@ def _window_of(now: datetime) -> tuple[int, float]:
     return window, seconds - window * WINDOW_SECONDS
 
 
-# Each Data API request runs these; driver-level SQL (the same text on both engines) costs a
-# fraction of building and compiling Core statements.
+# Each Data API request runs these: hand-written SQL, the same text on both engines, run on the
+# driver (``driver_rows``).
 _BUMP = (
     "INSERT INTO rate_limits (subject, window_start, count) VALUES (?, ?, 1)"
     " ON CONFLICT (subject, window_start) DO UPDATE SET count = rate_limits.count + 1"

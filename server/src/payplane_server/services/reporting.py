@@ -30,6 +30,7 @@ from sqlalchemy import (
     union_all,
 )
 
+from ..db import driver_rows
 from ..db.tables import operations, payments
 
 __all__ = [
@@ -111,12 +112,12 @@ def balances_of(conn: Connection, project_ids: Sequence[int]) -> list[BalanceLin
     """Balances per project and currency, ordered by project then currency."""
     if not project_ids:
         return []
-    # Driver-level SQL: every balance/get runs it. The placeholders are for integers only.
+    # Hand-written SQL run on the driver: every balance/get runs it (``driver_rows``).
     ids = [int(pid) for pid in project_ids]
-    marks = ", ".join(["%s" if conn.dialect.name != "sqlite" else "?"] * len(ids))
-    rows = conn.exec_driver_sql(_BALANCES.format(marks), tuple(ids))
+    rows = driver_rows(conn, _BALANCES.format(", ".join(["?"] * len(ids))), ids)
     return [
-        BalanceLine(int(row.project_id), row.name, row.currency, int(row.amount)) for row in rows
+        BalanceLine(int(project_id), name, currency, int(amount))
+        for project_id, name, currency, amount in rows
     ]
 
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
 
 from ..context import AppContext
 from ..crypto import generate_secret, generate_token, hash_token
+from ..db import driver_rows
 from ..db.tables import UTCDateTime, api_tokens, users
 from ..domain.accounts import PermissionDenied
 from ..domain.tokens import (
@@ -146,11 +146,12 @@ def authenticate_token(ctx: AppContext, conn: Connection, token: str) -> tuple[U
     if not is_well_formed(token):
         return None
     token_hash = hash_token(token)
-    sql = _BY_HASH if conn.dialect.name == "sqlite" else _BY_HASH.replace("?", "%s")
-    row: Any = conn.exec_driver_sql(sql, (token_hash,)).first()
-    if row is None:
+    rows = driver_rows(conn, _BY_HASH, (token_hash,))
+    if not rows:
         return None
-    state, secret_enc, deleted_at, user_id, merchant_id, email, name, role, manage, created = row
+    state, secret_enc, deleted_at, user_id, merchant_id, email, name, role, manage, created = rows[
+        0
+    ]
     created_at = _AS_UTC.process_result_value(created, conn.dialect)
     assert created_at is not None
     user = User(
