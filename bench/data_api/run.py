@@ -57,6 +57,7 @@ def _echo_app() -> Any:
 
 def _serve_child(kind: str, port: int, data_dir: str, database_url: str) -> None:
     import uvicorn
+    from payplane_server.runner import tune_gc
     from payplane_server.tls import server_ssl_context
     from payplane_server.web import create_data_api_app
 
@@ -76,6 +77,8 @@ def _serve_child(kind: str, port: int, data_dir: str, database_url: str) -> None
     )
     config.load()
     config.ssl = server_ssl_context(cert, key)
+    # Both servers run with the garbage collector as ``serve`` sets it up.
+    tune_gc()
     uvicorn.Server(config).run()
 
 

@@ -55,6 +55,7 @@ _CSRF = re.compile(rb'name="csrf_token" value="([^"]+)"')
 
 
 def hello_app() -> Any:
+    from payplane_server.runner import tune_gc
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import PlainTextResponse
@@ -63,7 +64,9 @@ def hello_app() -> Any:
     async def hello(request: Request) -> PlainTextResponse:
         return PlainTextResponse("Hello, world!")
 
-    return Starlette(routes=[Route("/", hello)])
+    app = Starlette(routes=[Route("/", hello)])
+    tune_gc()  # the garbage collector as ``serve`` sets it up
+    return app
 
 
 def _wait_up(url: str, process: subprocess.Popen[bytes]) -> None:
@@ -378,7 +381,7 @@ def run_engine(engine: str, database_url: str, data_dir: Path, args: argparse.Na
     port = free_port()
     server = start_payplane(port, args.workers, data_dir, database_url)
     try:
-        expected_rate = 1500
+        expected_rate = 5000
         if engine == "sqlite":
             hello_port = free_port()
             hello = start_hello(hello_port, args.workers)

@@ -34,7 +34,7 @@ from .context import AppContext
 from .db import migrate
 from .tls import ensure_certificate, server_ssl_context
 
-__all__ = ["bind", "serve"]
+__all__ = ["bind", "serve", "tune_gc"]
 
 log = logging.getLogger("payplane.runner")
 ROLES = ("all", "web", "worker")
@@ -46,7 +46,7 @@ ROLES = ("all", "web", "worker")
 GC_YOUNG_THRESHOLD = 20_000
 
 
-def _tune_gc() -> None:
+def tune_gc() -> None:
     """Once the process has built everything it keeps (modules, apps, caches of code): move
     those objects out of the collector's sight (``gc.freeze``), so that the full collections
     of a long-running server do not traverse them again, and collect less often."""
@@ -119,7 +119,7 @@ async def _serve_process(
             api_config.ssl = server_ssl_context(cert, key)
         servers.append(_Server(api_config))
 
-    _tune_gc()
+    tune_gc()
 
     async def run_servers() -> None:
         tasks = []
