@@ -171,6 +171,7 @@ def _sign_in(page: Page, email: str) -> None:
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_role("button", name="Sign in").click()
     expect(page.get_by_role("heading", name="My profile")).to_be_visible()
+    _scripts_ran(page)
 
 
 def _balance(world: World, token: str, secret: str) -> httpx.Response:
@@ -190,9 +191,16 @@ def _works(world: World, token: str, secret: str) -> bool:
     return True
 
 
+def _scripts_ran(page: Page) -> None:
+    # The pages' deferred script attaches its dialogs before DOMContentLoaded; an element can
+    # be visible (and clickable without the dialog) a moment earlier.
+    page.wait_for_load_state("domcontentloaded")
+
+
 def _new_token(page: Page) -> tuple[str, str]:
     page.get_by_role("button", name="New token").click()
     expect(page.get_by_role("heading", name="Your new token")).to_be_visible()
+    _scripts_ran(page)
     token = page.get_by_test_id("new-token").inner_text()
     secret = page.get_by_test_id("new-secret").inner_text()
     assert len(token) == 30 and token.isalnum()
@@ -257,6 +265,7 @@ def test_withdrawn_permission_hides_the_button_and_the_token_keeps_working_until
     ann.get_by_role("link", name="Bob").click()
     box = ann.get_by_role("checkbox", name="Manage API tokens")
     expect(box).to_be_checked()
+    _scripts_ran(ann)
     box.uncheck()
     ann.get_by_role("button", name="Save").click()
     dialog = ann.get_by_role("dialog")
@@ -264,6 +273,7 @@ def test_withdrawn_permission_hides_the_button_and_the_token_keeps_working_until
     dialog.get_by_role("button", name="Confirm").click()
     expect(ann.get_by_role("status")).to_have_text("The permissions were saved.")
     expect(ann.get_by_role("checkbox", name="Manage API tokens")).not_to_be_checked()
+    _scripts_ran(ann)
 
     bob.reload()
     expect(bob.get_by_text("You do not have the Manage API tokens permission")).to_be_visible()

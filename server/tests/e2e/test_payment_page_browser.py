@@ -186,6 +186,27 @@ def test_the_card_number_is_checked_while_typing(server: LiveServer, watched: Wa
     expect(number).not_to_have_attribute("aria-invalid", "true")
 
 
+def test_a_number_typed_before_the_script_ran_is_checked(
+    server: LiveServer, watched: Watched
+) -> None:
+    page = watched.page
+    # The page's script arrives empty at first, as if it had not loaded yet.
+    page.route(
+        "**/static/card.js",
+        lambda route: route.fulfill(status=200, content_type="text/javascript", body=""),
+    )
+    page.goto(url(server))
+    page.get_by_role("link", name="Bank card").click()
+    page.wait_for_load_state("load")
+    number = page.get_by_label("Card number")
+    number.fill("4000000000000078")
+    expect(number).not_to_have_attribute("aria-invalid", "true")  # no script yet
+    page.unroute("**/static/card.js")
+    page.add_script_tag(url="/static/card.js?late")
+    expect(number).to_have_attribute("aria-invalid", "true")
+    expect(page.locator("#pan-hint")).to_have_text("The card number is not valid.")
+
+
 def test_the_waiting_page_moves_on_when_the_merchant_answers(
     server: LiveServer, watched: Watched
 ) -> None:

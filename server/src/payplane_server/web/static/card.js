@@ -45,6 +45,8 @@
     }
     input.addEventListener("input", function () { check(false); });
     input.addEventListener("blur", function () { check(true); });
+    // The customer may have typed before this deferred script ran.
+    check(false);
   }
 
   function setupExpiry() {
