@@ -16,7 +16,6 @@ the previous window are removed when a subject opens a new window.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -25,7 +24,7 @@ from sqlalchemy import Connection
 from ..context import AppContext
 from ..db import driver_rows
 
-__all__ = ["WINDOW_SECONDS", "Decision", "admit", "estimate", "hit", "retry_after"]
+__all__ = ["WINDOW_SECONDS", "Decision", "admit", "count", "estimate", "hit", "retry_after"]
 
 WINDOW_SECONDS = 60
 
@@ -60,37 +59,36 @@ def retry_after(previous: int, current: int, elapsed: float, limit: int, minimum
     return max(minimum, math.ceil(wait))
 
 
-def hit(
-    ctx: AppContext,
+def hit(ctx: AppContext, subject: str, limit: int, *, minimum_retry_after: int = 3) -> Decision:
+    """Count a request of ``subject`` and decide, in a short write transaction of its own."""
+    # On SQLite, concurrent counters queue on the database's writer lock (``Database.write``).
+    with ctx.db.write() as conn:
+        return count(conn, ctx.clock.now(), subject, limit, minimum_retry_after=minimum_retry_after)
+
+
+def count(
+    conn: Connection,
+    now: datetime,
     subject: str,
     limit: int,
     *,
     minimum_retry_after: int = 3,
-    then: Callable[[Connection], None] | None = None,
 ) -> Decision:
-    """Count a request of ``subject`` and decide, in one short write transaction.
-
-    ``then`` runs inside that transaction when the request is admitted: a light read that
-    would otherwise need a transaction of its own. It must not raise for expected outcomes
-    (an exception rolls the count back with everything else).
-    """
-    now = ctx.clock.now()
+    """Count a request of ``subject`` and decide, in the caller's write transaction, so that
+    what the request then reads shares it. A refused request is taken back at once; a
+    rollback of the caller's transaction takes back an admitted one too."""
     window, elapsed = _window_of(now)
-    # On SQLite, concurrent counters queue on the database's writer lock (``Database.write``).
-    with ctx.db.write() as conn:
-        ((current,),) = driver_rows(conn, _BUMP, (subject, window))
-        current = int(current)
-        if current == 1:
-            driver_rows(conn, _FORGET_OLD, (subject, window - 1))
-        earlier = driver_rows(conn, _PREVIOUS, (subject, window - 1))
-        previous = int(earlier[0][0]) if earlier else 0
-        if admit(previous, current, elapsed, limit):
-            if then is not None:
-                then(conn)
-            return Decision(True, 0)
-        driver_rows(conn, _TAKE_BACK, (subject, window))
-        wait = retry_after(previous, current - 1, elapsed, limit, max(3, minimum_retry_after))
-        return Decision(False, wait)
+    ((current,),) = driver_rows(conn, _BUMP, (subject, window))
+    current = int(current)
+    if current == 1:
+        driver_rows(conn, _FORGET_OLD, (subject, window - 1))
+    earlier = driver_rows(conn, _PREVIOUS, (subject, window - 1))
+    previous = int(earlier[0][0]) if earlier else 0
+    if admit(previous, current, elapsed, limit):
+        return Decision(True, 0)
+    driver_rows(conn, _TAKE_BACK, (subject, window))
+    wait = retry_after(previous, current - 1, elapsed, limit, max(3, minimum_retry_after))
+    return Decision(False, wait)
 
 
 def _window_of(now: datetime) -> tuple[int, float]:

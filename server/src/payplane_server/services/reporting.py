@@ -41,6 +41,7 @@ __all__ = [
     "OperationRow",
     "StoredTime",
     "balances_of",
+    "balances_of_merchant",
     "find_operations",
     "operations_of_payment",
     "stored_utc",
@@ -121,6 +122,21 @@ def balances_of(conn: Connection, project_ids: Sequence[int]) -> list[BalanceLin
     ]
 
 
+def balances_of_merchant(conn: Connection, merchant_id: int) -> list[BalanceLine]:
+    """Balances of every project of the merchant, ordered as ``balances_of``: one statement
+    where ``balances_of(projects of the merchant)`` would be two."""
+    rows = driver_rows(conn, _MERCHANT_BALANCES, (int(merchant_id),))
+    return [
+        BalanceLine(int(project_id), name, currency, int(amount))
+        for project_id, name, currency, amount in rows
+    ]
+
+
+_MERCHANT_BALANCES = (
+    "SELECT b.project_id, p.name, b.currency, b.amount FROM balances b"
+    " JOIN projects p ON p.id = b.project_id WHERE p.merchant_id = ?"
+    " ORDER BY b.project_id, b.currency"
+)
 _BALANCES = (
     "SELECT b.project_id, p.name, b.currency, b.amount FROM balances b"
     " JOIN projects p ON p.id = b.project_id WHERE b.project_id IN ({})"

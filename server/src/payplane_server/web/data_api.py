@@ -29,11 +29,16 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Scope
 
 from ..context import AppContext
-from ..domain.accounts import Permission, role_permits
+from ..domain.accounts import Permission, role_permits, sees_all_projects
 from ..errors import DataApiError
 from ..services import ratelimit
 from ..services.accounts import User, projects_of
-from ..services.reporting import OperationQuery, balances_of, find_operations
+from ..services.reporting import (
+    OperationQuery,
+    balances_of,
+    balances_of_merchant,
+    find_operations,
+)
 from ..services.reporting import operations_of_payment as payment_operations
 from ..services.tokens import authenticate_token
 from .data_api_params import (
@@ -79,7 +84,10 @@ def balance_get(conn: Connection, user: User, params: dict[str, Any]) -> dict[st
     asked = parse_balance(params)
     if not role_permits(user.role, Permission.VIEW_BALANCES):
         raise DataApiError(401, f"The role {user.role} may not read balances.")
-    lines = balances_of(conn, _visible(conn, user, asked))
+    if asked is None and sees_all_projects(user.role):
+        lines = balances_of_merchant(conn, user.merchant_id)
+    else:
+        lines = balances_of(conn, _visible(conn, user, asked))
     return {
         "balance": [
             {
@@ -124,8 +132,8 @@ def operations_get_by_payment(
     return {"operations": [render_operation(row, request.zone, request.fields) for row in rows]}
 
 
-# Answered inside the rate limiter's write transaction (a few indexed rows), saving a
-# transaction per request; the others may read for long and get their own read transaction.
+# Answered inside the request's write transaction (a few indexed rows), saving a transaction
+# per request; the others may read for long and get their own read transaction.
 _LIGHT: frozenset[Handler] = frozenset({balance_get, operations_get_by_payment})
 
 ENDPOINTS: dict[str, Handler] = {
@@ -136,19 +144,54 @@ ENDPOINTS: dict[str, Handler] = {
 
 
 def _process(ctx: AppContext, handler: Handler, raw: bytes) -> Response:
-    """Everything after the body has arrived. Its one write is the rate limiter's counter,
-    with nothing committed before it, so it may start again (``run_database_work``)."""
+    """Everything after the body has arrived, in one write transaction: the token, the
+    signature, the rate limiter's counter and, for light endpoints, the answer. Its one write
+    is the counter, with nothing committed before it, so it may start again
+    (``run_database_work``)."""
     params = parse_body(raw)
     token = params.get("token")
     if token is None:
         raise DataApiError(401, "The token is missing.")
     if not isinstance(token, str):
         raise DataApiError(401, "The token is not valid.")
-    with ctx.db.read() as conn:
-        found = authenticate_token(ctx, conn, token)
+    settings = ctx.settings
+    light = handler in _LIGHT
+    payload: dict[str, Any] | DataApiError | None = None
+    with ctx.db.write() as conn:
+        user, secret = _authenticate(ctx, conn, token, params)
+        decision = ratelimit.count(
+            conn,
+            ctx.clock.now(),
+            f"data-api:user:{user.id}",
+            settings.rate_limit_per_minute,
+            minimum_retry_after=settings.rate_limit_retry_after,
+        )
+        if decision.allowed and light:
+            payload = _answer(handler, conn, user, params)
+    if not decision.allowed:
+        raise DataApiError(
+            429,
+            f"More than {settings.rate_limit_per_minute} requests in a minute for this account;"
+            f" retry in {decision.retry_after} seconds.",
+            retry_after=decision.retry_after,
+        )
+    if payload is None:
+        with ctx.db.read() as conn:
+            payload = _answer(handler, conn, user, params)
+    if isinstance(payload, DataApiError):
+        raise payload
+    payload["signature"] = sign(payload, secret)
+    return Response(orjson.dumps(payload), media_type="application/json")
+
+
+def _authenticate(
+    ctx: AppContext, conn: Connection, token: str, params: dict[str, Any]
+) -> tuple[User, str]:
+    """The token's account and secret key, once the request's signature is checked (401)."""
+    found = authenticate_token(ctx, conn, token)
     if found is None:
         raise DataApiError(401, "The token is not valid.")
-    user, secret = found
+    secret = found[1]
     signature = params.get("signature")
     if signature is None:
         raise DataApiError(401, "The signature is missing.")
@@ -158,39 +201,17 @@ def _process(ctx: AppContext, handler: Handler, raw: bytes) -> Response:
         raise DataApiError(400, "The request parameters cannot be signed.") from None
     if not signed:
         raise DataApiError(401, "The signature is not valid.")
-    settings = ctx.settings
-    light = handler in _LIGHT
-    answer: list[dict[str, Any] | DataApiError] = []
+    return found
 
-    def answer_within(conn: Connection) -> None:
-        # Errors are kept, not raised, so that the request still counts against the limit.
-        try:
-            answer.append(handler(conn, user, params))
-        except DataApiError as exc:
-            answer.append(exc)
 
-    decision = ratelimit.hit(
-        ctx,
-        f"data-api:user:{user.id}",
-        settings.rate_limit_per_minute,
-        minimum_retry_after=settings.rate_limit_retry_after,
-        then=answer_within if light else None,
-    )
-    if not decision.allowed:
-        raise DataApiError(
-            429,
-            f"More than {settings.rate_limit_per_minute} requests in a minute for this account;"
-            f" retry in {decision.retry_after} seconds.",
-            retry_after=decision.retry_after,
-        )
-    if not light:
-        with ctx.db.read() as conn:
-            answer_within(conn)
-    payload = answer[0]
-    if isinstance(payload, DataApiError):
-        raise payload
-    payload["signature"] = sign(payload, secret)
-    return Response(orjson.dumps(payload), media_type="application/json")
+def _answer(
+    handler: Handler, conn: Connection, user: User, params: dict[str, Any]
+) -> dict[str, Any] | DataApiError:
+    # An error is returned, not raised, so that the request still counts against the limit.
+    try:
+        return handler(conn, user, params)
+    except DataApiError as exc:
+        return exc
 
 
 def _endpoint(handler: Handler) -> Callable[[Request], Any]:
