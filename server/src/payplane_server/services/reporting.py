@@ -113,33 +113,29 @@ def balances_of(conn: Connection, project_ids: Sequence[int]) -> list[BalanceLin
     """Balances per project and currency, ordered by project then currency."""
     if not project_ids:
         return []
-    # Hand-written SQL run on the driver: every balance/get runs it (``driver_rows``).
     ids = [int(pid) for pid in project_ids]
-    rows = driver_rows(conn, _BALANCES.format(", ".join(["?"] * len(ids))), ids)
-    return [
-        BalanceLine(int(project_id), name, currency, int(amount))
-        for project_id, name, currency, amount in rows
-    ]
+    where = "b.project_id IN ({})".format(", ".join(["?"] * len(ids)))
+    return _balance_lines(conn, where, ids)
 
 
 def balances_of_merchant(conn: Connection, merchant_id: int) -> list[BalanceLine]:
     """Balances of every project of the merchant, ordered as ``balances_of``: one statement
     where ``balances_of(projects of the merchant)`` would be two."""
-    rows = driver_rows(conn, _MERCHANT_BALANCES, (int(merchant_id),))
+    return _balance_lines(conn, "p.merchant_id = ?", (int(merchant_id),))
+
+
+def _balance_lines(conn: Connection, where: str, params: Sequence[int]) -> list[BalanceLine]:
+    # Hand-written SQL run on the driver: every balance/get runs it (``driver_rows``).
+    rows = driver_rows(conn, _BALANCES.format(where), params)
     return [
         BalanceLine(int(project_id), name, currency, int(amount))
         for project_id, name, currency, amount in rows
     ]
 
 
-_MERCHANT_BALANCES = (
-    "SELECT b.project_id, p.name, b.currency, b.amount FROM balances b"
-    " JOIN projects p ON p.id = b.project_id WHERE p.merchant_id = ?"
-    " ORDER BY b.project_id, b.currency"
-)
 _BALANCES = (
     "SELECT b.project_id, p.name, b.currency, b.amount FROM balances b"
-    " JOIN projects p ON p.id = b.project_id WHERE b.project_id IN ({})"
+    " JOIN projects p ON p.id = b.project_id WHERE {}"
     " ORDER BY b.project_id, b.currency"
 )
 

@@ -149,9 +149,8 @@ def authenticate_token(ctx: AppContext, conn: Connection, token: str) -> tuple[U
     rows = driver_rows(conn, _BY_HASH, (token_hash,))
     if not rows:
         return None
-    state, secret_enc, deleted_at, user_id, merchant_id, email, name, role, manage, created = rows[
-        0
-    ]
+    row = rows[0]  # token_hash is unique
+    state, secret_enc, deleted_at, user_id, merchant_id, email, name, role, manage, created = row
     created_at = _AS_UTC.process_result_value(created, conn.dialect)
     assert created_at is not None
     user = User(
