@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import func, select
+from alembic.autogenerate import compare_metadata
+from alembic.command import downgrade
+from alembic.migration import MigrationContext
+from sqlalchemy import create_engine, func, select
 
 from payplane_server.context import AppContext
 from payplane_server.db import driver_rows, migrate
-from payplane_server.db.tables import merchants
+from payplane_server.db.migrate import alembic_config
+from payplane_server.db.tables import merchants, metadata
 from payplane_server.services.projects import (
     ProjectExists,
     create_project,
@@ -19,6 +23,23 @@ from payplane_server.services.projects import (
 
 def test_migrating_twice_is_harmless(database_url: str) -> None:
     migrate(database_url)
+    migrate(database_url)
+
+
+def test_the_migrations_build_the_schema_the_tables_describe(database_url: str) -> None:
+    migrate(database_url)
+    engine = create_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            context = MigrationContext.configure(conn, opts={"compare_type": True})
+            assert compare_metadata(context, metadata) == []
+    finally:
+        engine.dispose()
+
+
+def test_migrating_down_and_up_again_is_harmless(database_url: str) -> None:
+    migrate(database_url)
+    downgrade(alembic_config(database_url), "a40e8fb391b0")
     migrate(database_url)
 
 

@@ -75,13 +75,55 @@ def test_the_61st_hit_in_a_minute_is_refused_and_admitted_after_the_wait(
     assert ratelimit.hit(ctx, "user:1", 60).allowed
 
 
-def test_old_windows_are_cleaned_up(ctx: AppContext, clock: FakeClock) -> None:
+def test_a_subject_keeps_one_row_however_many_windows_pass(
+    ctx: AppContext, clock: FakeClock
+) -> None:
     for _ in range(5):
         ratelimit.hit(ctx, "user:1", 60)
         clock.advance(60)
+    ratelimit.hit(ctx, "user:2", 60)
     with ctx.db.read() as conn:
         count = conn.exec_driver_sql("SELECT count(*) FROM rate_limits").scalar()
     assert count == 2
+
+
+def _to_next_window(clock: FakeClock, seconds_into_it: float = 0.0) -> None:
+    elapsed = clock.now().timestamp() % ratelimit.WINDOW_SECONDS
+    clock.advance(ratelimit.WINDOW_SECONDS - elapsed + seconds_into_it)
+
+
+def test_the_previous_window_still_weighs_after_the_row_moves_on(
+    ctx: AppContext, clock: FakeClock
+) -> None:
+    _to_next_window(clock)
+    assert all(ratelimit.hit(ctx, "user:1", 60).allowed for _ in range(60))
+    # Half-way into the next window, the 60 of the previous one weigh 30.
+    _to_next_window(clock, 30.0)
+    decisions = [ratelimit.hit(ctx, "user:1", 60) for _ in range(31)]
+    assert [d.allowed for d in decisions] == [True] * 30 + [False]
+
+
+def test_a_window_with_no_requests_in_between_forgets_the_old_count(
+    ctx: AppContext, clock: FakeClock
+) -> None:
+    _to_next_window(clock)
+    assert all(ratelimit.hit(ctx, "user:1", 60).allowed for _ in range(60))
+    _to_next_window(clock)
+    _to_next_window(clock, 1.0)
+    assert all(ratelimit.hit(ctx, "user:1", 60).allowed for _ in range(60))
+
+
+def test_a_lagging_clock_counts_into_the_newest_window(ctx: AppContext, clock: FakeClock) -> None:
+    _to_next_window(clock, 59.0)
+    lagging = clock.now()
+    clock.advance(2.0)  # another machine, two seconds ahead, opens the next window
+    assert all(ratelimit.hit(ctx, "user:1", 60).allowed for _ in range(60))
+    with ctx.db.write() as conn:
+        decision = ratelimit.count(conn, lagging, "user:1", 60)
+    assert not decision.allowed
+    with ctx.db.read() as conn:
+        row = conn.exec_driver_sql("SELECT count, previous FROM rate_limits").one()
+    assert tuple(row) == (60, 0)
 
 
 # Through the HTTP API.

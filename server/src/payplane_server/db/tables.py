@@ -252,13 +252,15 @@ api_tokens = Table(
     Index("ix_api_tokens_user", "user_id"),
 )
 
+# One row per subject: the counts of its latest one-minute window and of the window before.
 rate_limits = Table(
     "rate_limits",
     metadata,
     Column("subject", String(64), nullable=False),
     Column("window_start", BigInteger, nullable=False),
     Column("count", Integer, nullable=False),
-    PrimaryKeyConstraint("subject", "window_start"),
+    Column("previous", Integer, nullable=False),
+    PrimaryKeyConstraint("subject"),
 )
 
 dashboard_sessions = Table(

@@ -1,16 +1,20 @@
 """A rate limiter shared by every process and machine: counters live in the database.
 
-Sliding-window counter: requests are counted per subject in fixed one-minute windows (one row
-per subject and window, bumped with an atomic ``INSERT .. ON CONFLICT DO UPDATE .. RETURNING``
-on SQLite and PostgreSQL alike), and a request is admitted while
+Sliding-window counter: requests are counted per subject in fixed one-minute windows, and a
+request is admitted while
 
     previous window's count × (share of the previous window still inside the last 60 s)
     + current window's count  ≤  limit
 
 so that no rolling minute holds much more than ``limit`` requests, even across a window
 boundary (a plain fixed window would admit 2 × limit around it). Refused requests are not
-counted: a client that keeps knocking does not push its own wait further out. Rows older than
-the previous window are removed when a subject opens a new window.
+counted: a client that keeps knocking does not push its own wait further out.
+
+Each subject has one row holding its latest window, that window's count and the count of the
+window before it; counting a request is one atomic ``INSERT .. ON CONFLICT DO UPDATE ..
+RETURNING`` (the same text on SQLite and PostgreSQL) that moves the row on to a new window
+when one begins. A row never moves back: a machine whose clock lags a little counts into the
+window another machine has already opened.
 """
 
 from __future__ import annotations
@@ -78,15 +82,11 @@ def count(
     what the request then reads shares it. A refused request is taken back at once; a
     rollback of the caller's transaction takes back an admitted one too."""
     window, elapsed = _window_of(now)
-    ((current,),) = driver_rows(conn, _BUMP, (subject, window))
-    current = int(current)
-    if current == 1:
-        driver_rows(conn, _FORGET_OLD, (subject, window - 1))
-    earlier = driver_rows(conn, _PREVIOUS, (subject, window - 1))
-    previous = int(earlier[0][0]) if earlier else 0
+    ((current, previous),) = driver_rows(conn, _BUMP, (subject, window))
+    current, previous = int(current), int(previous)
     if admit(previous, current, elapsed, limit):
         return Decision(True, 0)
-    driver_rows(conn, _TAKE_BACK, (subject, window))
+    driver_rows(conn, _TAKE_BACK, (subject,))
     wait = retry_after(previous, current - 1, elapsed, limit, max(3, minimum_retry_after))
     return Decision(False, wait)
 
@@ -98,12 +98,18 @@ def _window_of(now: datetime) -> tuple[int, float]:
 
 
 # Each Data API request runs these: hand-written SQL, the same text on both engines, run on the
-# driver (``driver_rows``).
+# driver (``driver_rows``). In an UPDATE every right-hand side reads the row as it was.
 _BUMP = (
-    "INSERT INTO rate_limits (subject, window_start, count) VALUES (?, ?, 1)"
-    " ON CONFLICT (subject, window_start) DO UPDATE SET count = rate_limits.count + 1"
-    " RETURNING count"
+    "INSERT INTO rate_limits (subject, window_start, count, previous) VALUES (?, ?, 1, 0)"
+    " ON CONFLICT (subject) DO UPDATE SET"
+    " window_start = CASE WHEN rate_limits.window_start > excluded.window_start"
+    " THEN rate_limits.window_start ELSE excluded.window_start END,"
+    " count = CASE WHEN rate_limits.window_start >= excluded.window_start"
+    " THEN rate_limits.count + 1 ELSE 1 END,"
+    " previous = CASE WHEN rate_limits.window_start >= excluded.window_start"
+    " THEN rate_limits.previous"
+    " WHEN rate_limits.window_start = excluded.window_start - 1 THEN rate_limits.count"
+    " ELSE 0 END"
+    " RETURNING count, previous"
 )
-_FORGET_OLD = "DELETE FROM rate_limits WHERE subject = ? AND window_start < ?"
-_PREVIOUS = "SELECT count FROM rate_limits WHERE subject = ? AND window_start = ?"
-_TAKE_BACK = "UPDATE rate_limits SET count = count - 1 WHERE subject = ? AND window_start = ?"
+_TAKE_BACK = "UPDATE rate_limits SET count = count - 1 WHERE subject = ?"
