@@ -7,9 +7,9 @@ PostgreSQL runs at READ COMMITTED; code that needs a row for itself uses ``FOR U
 (SKIP LOCKED for work queues) or a conditional UPDATE.
 
 Short SQLite work run on an event loop (``on_event_loop``, used by
-``web.offload.run_database_work``) shares one write transaction per turn of the loop: a group
-commit. Each piece of work writes inside a savepoint of it, so a failing piece undoes only its
-own writes, and waits for the commit before it answers.
+``web.offload.run_database_work``) shares one write transaction, open for a few turns of the
+loop: a group commit. Each piece of work writes inside a savepoint of it, so a failing piece
+undoes only its own writes, and waits for the commit before it answers.
 
 ``notify(conn, channel)`` wakes waiting workers once the transaction commits: through
 ``pg_notify`` on PostgreSQL (every process) and an in-process signal on both engines.
@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
@@ -159,12 +159,49 @@ class GroupCommit:
 
 class LoopWork:
     """One piece of work run by ``Database.on_event_loop``: the group commit it wrote or read
-    in, which it must wait for before it answers (None: it touched no group)."""
+    in, which it must wait for before it answers (None: it touched no group). A context
+    manager that makes it the work of this thread's loop for its duration."""
 
-    __slots__ = ("group",)
+    __slots__ = ("_local", "_previous", "group")
 
-    def __init__(self) -> None:
+    def __init__(self, local: threading.local) -> None:
         self.group: GroupCommit | None = None
+        self._local = local
+        self._previous: LoopWork | None = None
+
+    def __enter__(self) -> LoopWork:
+        self._previous = getattr(self._local, "work", None)
+        self._local.work = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._local.work = self._previous
+
+
+class _Savepoint:
+    """The writes of one piece of on-loop work: a savepoint of the loop's group commit,
+    released on success and rolled back on any exception. (A class, not a generator: every
+    on-loop write enters one.)"""
+
+    __slots__ = ("_db", "_driver", "_work")
+
+    def __init__(self, db: Database, work: LoopWork) -> None:
+        self._db = db
+        self._work = work
+        self._driver: Any = None
+
+    def __enter__(self) -> Connection:
+        group = self._db._group()
+        self._work.group = group
+        conn = group.connection
+        self._driver = conn.connection.driver_connection
+        self._driver.execute("SAVEPOINT payplane_work")
+        return conn
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is not None:
+            self._driver.execute("ROLLBACK TO payplane_work")
+        self._driver.execute("RELEASE payplane_work")
 
 
 # The key of a pooled SQLite connection's ``info`` that asks do_begin for BEGIN IMMEDIATE.
@@ -172,6 +209,11 @@ _BEGIN_MODE = "payplane_begin"
 
 _shared_writers: dict[str, tuple[WriterLock, int]] = {}
 _shared_guard = threading.Lock()
+
+# A group commit stays open while the loop polls for I/O this many more times, so that the
+# requests whose bytes arrive meanwhile join it: each poll costs a turn of the loop (no
+# waiting when there is nothing to read), and a commit costs far more than a turn.
+GROUP_COMMIT_POLLS = 2
 
 
 def _writer_for(path: str) -> WriterLock:
@@ -263,19 +305,21 @@ class Database:
 
         engine.dialect.do_begin = do_begin  # type: ignore[method-assign]
 
-    @contextmanager
-    def write(self) -> Iterator[Connection]:
+    def write(self) -> AbstractContextManager[Connection]:
         """A read-write transaction, committed on success, rolled back on any exception.
 
         Inside ``on_event_loop`` on SQLite: a savepoint of the loop's group commit instead,
         released on success and rolled back on any exception; it commits with the group."""
-        writer = self._sqlite_writer
-        if writer is not None:
+        if self._sqlite_writer is not None:
             work: LoopWork | None = getattr(self._loop, "work", None)
             if work is not None:
-                with self._grouped(work) as conn:
-                    yield conn
-                return
+                return _Savepoint(self, work)
+        return self._write_alone()
+
+    @contextmanager
+    def _write_alone(self) -> Iterator[Connection]:
+        writer = self._sqlite_writer
+        if writer is not None:
             if getattr(self._loop, "group", None) is not None:
                 # Waiting here would wait for a commit that only this thread can make.
                 raise RuntimeError("a write on an event loop runs through run_database_work")
@@ -311,8 +355,7 @@ class Database:
         finally:
             del info[_BEGIN_MODE]
 
-    @contextmanager
-    def on_event_loop(self) -> Iterator[LoopWork]:
+    def on_event_loop(self) -> LoopWork:
         """Run SQLite work on the event loop of this thread: ``write()`` joins the loop's
         group commit (opening it if need be, and raising ``WriterBusy`` if another thread or
         process holds the writer lock), and ``read()`` reads in the group while one is open.
@@ -320,12 +363,7 @@ class Database:
         The caller must wait for ``work.group.committed()`` (when ``work.group`` is set)
         before it tells anyone what the work did."""
         assert self._sqlite_writer is not None, "only SQLite work runs on the event loop"
-        previous = getattr(self._loop, "work", None)
-        work = self._loop.work = LoopWork()
-        try:
-            yield work
-        finally:
-            self._loop.work = previous
+        return LoopWork(self._loop)
 
     def _group(self) -> GroupCommit:
         """The open group commit of this thread's event loop, or a new one."""
@@ -349,24 +387,15 @@ class Database:
             writer.release()
             raise
         group = self._loop.group = GroupCommit(conn, transaction)
-        asyncio.get_running_loop().call_soon(self._commit_group, group)
+        asyncio.get_running_loop().call_soon(self._commit_after, group, GROUP_COMMIT_POLLS)
         return group
 
-    @contextmanager
-    def _grouped(self, work: LoopWork) -> Iterator[Connection]:
-        group = self._group()
-        work.group = group
-        conn = group.connection
-        driver = conn.connection.driver_connection
-        assert driver is not None
-        driver.execute("SAVEPOINT payplane_work")
-        try:
-            yield conn
-        except BaseException:
-            driver.execute("ROLLBACK TO payplane_work")
-            driver.execute("RELEASE payplane_work")
-            raise
-        driver.execute("RELEASE payplane_work")
+    def _commit_after(self, group: GroupCommit, polls: int) -> None:
+        """Commit ``group`` once the loop has polled ``polls`` more times."""
+        if polls > 0:
+            asyncio.get_running_loop().call_soon(self._commit_after, group, polls - 1)
+        else:
+            self._commit_group(group)
 
     def _commit_group(self, group: GroupCommit) -> None:
         self._loop.group = None
