@@ -26,7 +26,7 @@ from payplane_server.testing import LiveServer
 from payplane_server.testing.clarification import gate_body, waiting_payment
 from payplane_server.testing.customer import signed_url
 from payplane_server.testing.data_api import build_world, signed_body
-from payplane_server.web import create_app
+from payplane_server.web import create_app, data_api
 from payplane_server.web.app import create_data_api_app
 
 SHOP, OTHER = 402, 403
@@ -252,6 +252,18 @@ def test_a_body_that_trickles_in_is_refused_with_408(ctx: AppContext) -> None:
         for path in ("/v2/payment/clarification", "/params/check"):
             answer = _trickle(port, path, 1.0)
             assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+
+
+@sqlite_only
+def test_a_data_api_body_that_trickles_in_gets_408_in_the_envelope(
+    ctx: AppContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(data_api, "BODY_TIMEOUT_SECONDS", 1.0)
+    with LiveServer(create_data_api_app(ctx), lifespan="off") as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        answer = _trickle(port, "/v1/balance/get", 1.0)
+    assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    assert b"content-type: application/json" in answer.lower()
 
 
 # --- Static files and merchant URLs -------------------------------------------------------

@@ -76,10 +76,10 @@ def create_app(context: AppContext, *, background: list[Lifespan] | None = None)
 
 
 def create_data_api_app(context: AppContext) -> Starlette:
-    """The Data API (its routes, envelope errors and limits live in ``data_api``)."""
+    """The Data API (its routes, envelope errors and limits live in ``data_api``; its
+    endpoints read their bodies themselves, within the size limit and deadline)."""
     app = Starlette(
         routes=[*openapi.routes, *data_api.routes],
-        middleware=data_api.middleware(context),
         exception_handlers=data_api.exception_handlers,
     )
     # A POST must not be redirected (307) to a slash variant: unknown paths get the 404 envelope.

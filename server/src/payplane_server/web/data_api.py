@@ -22,11 +22,9 @@ from payplane import sign, verify
 from sqlalchemy import Connection
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import Scope
 
 from ..context import AppContext
 from ..domain.accounts import Permission, role_permits, sees_all_projects
@@ -48,10 +46,10 @@ from .data_api_params import (
     parse_operations,
     render_operation,
 )
-from .middleware import BodyLimit
+from .middleware import BodyRefused, read_body
 from .offload import run_database_work
 
-__all__ = ["ENDPOINTS", "envelope", "exception_handlers", "middleware", "routes"]
+__all__ = ["ENDPOINTS", "envelope", "exception_handlers", "routes"]
 
 log = logging.getLogger("payplane.data_api")
 
@@ -216,12 +214,29 @@ def _answer(
 
 def _endpoint(handler: Handler) -> Callable[[Request], Any]:
     async def endpoint(request: Request) -> Response:
-        if not any(name == b"host" for name, _ in request.scope["headers"]):
+        for name, _ in request.scope["headers"]:
+            if name == b"host":
+                break
+        else:
             raise DataApiError(400, "The Host header is required.")
         if request.method != "POST":
             raise DataApiError(405, "Only POST is allowed.")
-        raw = await request.body()
         context: AppContext = request.app.state.context
+        try:
+            raw = await read_body(
+                request.scope,
+                request.receive,
+                context.settings.max_body_bytes,
+                BODY_TIMEOUT_SECONDS,
+            )
+        except BodyRefused as refused:
+            if refused.status == 408:
+                raise DataApiError(408, "The request body did not arrive in time.") from None
+            raise DataApiError(
+                413, "The request body is larger than the platform accepts."
+            ) from None
+        if raw is None:  # the client went away: nobody to answer
+            return Response(status_code=400)
         response: Response
         if handler in _LIGHT:
             # A few indexed rows: on SQLite, on the event loop unless it would wait.
@@ -271,21 +286,3 @@ exception_handlers: dict[Any, Callable[[Request, Exception], Any]] = {
     HTTPException: _on_http_error,
     Exception: _on_unexpected,
 }
-
-
-def _too_large(scope: Scope) -> Response:
-    if scope.get("payplane_refusal") == 408:
-        return envelope(408, "The request body did not arrive in time.")
-    return envelope(413, "The request body is larger than the platform accepts.")
-
-
-def middleware(context: AppContext) -> list[Middleware]:
-    """The Data API's body limit, answering in the error envelope."""
-    return [
-        Middleware(
-            BodyLimit,
-            limit=context.settings.max_body_bytes,
-            too_large=_too_large,
-            timeout=BODY_TIMEOUT_SECONDS,
-        )
-    ]

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["CSP", "BodyLimit", "SecurityHeaders"]
+__all__ = ["CSP", "BodyLimit", "BodyRefused", "SecurityHeaders", "read_body"]
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -59,10 +59,65 @@ def _plain_too_large(scope: Scope) -> Response:
     return PlainTextResponse("Request body too large", status_code=413)
 
 
+class BodyRefused(Exception):
+    """The request body is over the limit (413) or did not arrive in time (408)."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+async def read_body(scope: Scope, receive: Receive, limit: int, timeout: float) -> bytes | None:
+    """The whole request body, or None if the client went away first.
+
+    Raises ``BodyRefused`` for more than ``limit`` bytes (announced or streamed) and for a body
+    still incomplete after ``timeout`` seconds. The deadline is a timer that cancels this task,
+    taken back as soon as the body is in; a cancellation from elsewhere passes through."""
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            try:
+                announced = int(value)
+            except ValueError:
+                announced = limit + 1
+            if announced > limit:
+                raise BodyRefused(413)
+    task = asyncio.current_task()
+    assert task is not None
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        task.cancel()
+
+    timer = asyncio.get_running_loop().call_later(timeout, expire)
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise BodyRefused(413)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    except asyncio.CancelledError:
+        if expired and task.uncancel() == 0:
+            raise BodyRefused(408) from None
+        raise
+    finally:
+        timer.cancel()
+
+
 class BodyLimit:
-    """Reads the request body before the app sees it: over ``limit`` bytes (announced or
-    streamed) is refused with 413, a body that trickles in slower than ``timeout`` seconds with
-    408. Responses are rendered by ``too_large`` so that each surface keeps its own shape."""
+    """Reads the request body before the app sees it (``read_body``): over ``limit`` bytes
+    (announced or streamed) is refused with 413, a body that trickles in slower than
+    ``timeout`` seconds with 408. Responses are rendered by ``too_large`` so that each surface
+    keeps its own shape."""
 
     def __init__(
         self,
@@ -88,35 +143,13 @@ class BodyLimit:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)
             return
-        for name, value in scope.get("headers", []):
-            if name == b"content-length":
-                try:
-                    announced = int(value)
-                except ValueError:
-                    announced = self.limit + 1
-                if announced > self.limit:
-                    await self._refuse(scope, receive, send, 413)
-                    return
-        chunks: list[bytes] = []
-        size = 0
         try:
-            async with asyncio.timeout(self.timeout):
-                while True:
-                    message = await receive()
-                    if message["type"] == "http.disconnect":
-                        return
-                    chunk = message.get("body", b"")
-                    size += len(chunk)
-                    if size > self.limit:
-                        await self._refuse(scope, receive, send, 413)
-                        return
-                    chunks.append(chunk)
-                    if not message.get("more_body", False):
-                        break
-        except TimeoutError:
-            await self._refuse(scope, receive, send, 408)
+            body = await read_body(scope, receive, self.limit, self.timeout)
+        except BodyRefused as refused:
+            await self._refuse(scope, receive, send, refused.status)
             return
-        body = b"".join(chunks)
+        if body is None:
+            return
         replayed = False
 
         async def replay() -> Message:
