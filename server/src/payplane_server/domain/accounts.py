@@ -55,12 +55,15 @@ _PERMISSIONS: dict[Role, frozenset[Permission]] = {
 }
 
 
+_BY_NAME: dict[str, Role] = {role.value.casefold(): role for role in Role}
+
+
 def parse_role(value: str) -> Role:
     """The role named ``value`` (exact names, case-insensitive); ValueError otherwise."""
-    for role in Role:
-        if role.value.casefold() == value.strip().casefold():
-            return role
-    raise ValueError(f"unknown role {value!r}; expected one of: {', '.join(ROLES)}")
+    role = _BY_NAME.get(value.strip().casefold())
+    if role is None:
+        raise ValueError(f"unknown role {value!r}; expected one of: {', '.join(ROLES)}")
+    return role
 
 
 def role_permits(role: str, permission: Permission) -> bool:

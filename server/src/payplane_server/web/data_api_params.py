@@ -77,6 +77,10 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not allowed in JSON")
 
 
+# One decoder for every request, as ``json.loads`` keeps one for its default settings.
+_JSON = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def _depth(value: Any) -> int:
     deepest, stack = 0, [(value, 1)]
     while stack:
@@ -100,7 +104,7 @@ def parse_body(raw: bytes) -> dict[str, Any]:
     if not text.strip():
         raise _bad("The request body is empty; send a JSON object.")
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = _JSON.decode(text)
     except RecursionError:
         raise _bad(f"The request body nests deeper than {MAX_DEPTH} levels.") from None
     except ValueError:
