@@ -40,6 +40,9 @@ class Decision:
     retry_after: int
 
 
+_ADMITTED = Decision(True, 0)
+
+
 def estimate(previous: int, current: int, elapsed: float) -> float:
     """Requests in the rolling minute ending now (``elapsed`` seconds into the window)."""
     return previous * (WINDOW_SECONDS - elapsed) / WINDOW_SECONDS + current
@@ -85,7 +88,7 @@ def count(
     ((current, previous),) = driver_rows(conn, _BUMP, (subject, window))
     current, previous = int(current), int(previous)
     if admit(previous, current, elapsed, limit):
-        return Decision(True, 0)
+        return _ADMITTED
     driver_rows(conn, _TAKE_BACK, (subject,))
     wait = retry_after(previous, current - 1, elapsed, limit, max(3, minimum_retry_after))
     return Decision(False, wait)
