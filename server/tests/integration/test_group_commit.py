@@ -1,5 +1,5 @@
-"""SQLite work run on the event loop shares one write transaction per turn of the loop (a group
-commit): savepoints keep each piece of work's failures to itself, every piece answers only
+"""SQLite work run on the event loop shares one write transaction over a few turns of the loop
+(a group commit): savepoints keep each piece of work's failures to itself, every piece answers only
 once the group is durable, and a failed commit runs the work again in a worker thread."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import IntegrityError
 
-from payplane_server.db import Database, migrate
+from payplane_server.db import Database, engine, migrate
 from payplane_server.web.offload import run_database_work
 
 
@@ -71,6 +72,110 @@ def test_work_of_one_turn_commits_together_and_answers_only_once_durable(db: Dat
     # were committed.
     assert len({id(conn) for conn in connections}) == 1
     assert committed_when_answered == [["a", "b", "c"]] * 3
+
+
+def _group_of(db: Database, name: str, groups: list[object]) -> Callable[[], str]:
+    def work() -> str:
+        with db.write() as conn:
+            _insert(conn, name)
+        groups.append(getattr(db._loop, "group", None))  # None: run in a worker thread
+        return name
+
+    return work
+
+
+async def _later(
+    db: Database, name: str, turns: int, groups: list[object], *, linger: bool = True
+) -> None:
+    """Run a write ``turns`` turns of the loop from now (each turn polls for I/O)."""
+    for _ in range(turns):
+        await asyncio.sleep(0)
+    await run_database_work(db, _group_of(db, name, groups), linger=linger)
+
+
+def test_lingering_work_arriving_within_two_more_polls_joins_a_small_group(
+    db: Database,
+) -> None:
+    groups: list[object] = []
+
+    async def scenario() -> None:
+        await asyncio.gather(
+            _later(db, "a", 0, groups), _later(db, "b", 1, groups), _later(db, "c", 2, groups)
+        )
+        await _later(db, "d", 0, groups)  # after the commit: a new group
+
+    asyncio.run(scenario())
+    assert groups[0] is not None
+    assert groups[0] is groups[1] is groups[2]
+    assert groups[3] is not groups[0]
+    assert _names_elsewhere(db) == ["a", "b", "c", "d"]
+
+
+def test_one_piece_that_may_not_linger_makes_the_group_commit_at_the_next_turn(
+    db: Database,
+) -> None:
+    groups: list[object] = []
+
+    async def scenario() -> None:
+        await asyncio.gather(
+            _later(db, "a", 0, groups),
+            _later(db, "b", 0, groups, linger=False),
+            _later(db, "c", 2, groups),
+        )
+
+    asyncio.run(scenario())
+    assert groups[0] is not None and groups[0] is groups[1]
+    assert groups[2] is not groups[0]
+    assert _names_elsewhere(db) == ["a", "b", "c"]
+
+
+def test_a_group_with_enough_work_commits_at_the_next_turn(db: Database) -> None:
+    groups: list[object] = []
+    enough = engine.GROUP_COMMIT_ENOUGH
+
+    async def scenario() -> None:
+        await asyncio.gather(
+            *(_later(db, f"m{index}", 0, groups) for index in range(enough)),
+            _later(db, "x", 2, groups),
+        )
+
+    asyncio.run(scenario())
+    assert groups[0] is not None
+    assert len({id(group) for group in groups[:enough]}) == 1
+    assert groups[enough] is not groups[0]
+
+
+def test_a_thread_waiting_for_the_writer_lock_makes_the_group_commit_at_once(
+    db: Database,
+) -> None:
+    groups: list[object] = []
+    writer = db._sqlite_writer
+    assert writer is not None
+
+    def thread_write() -> None:
+        with db.write() as conn:
+            _insert(conn, "thread")
+
+    thread = threading.Thread(target=thread_write)
+
+    def opens_the_group() -> str:
+        work = _group_of(db, "a", groups)()
+        thread.start()  # blocks on the writer lock this group holds
+        deadline = time.monotonic() + 10
+        while not writer.waited_for() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert writer.waited_for()
+        return work
+
+    async def scenario() -> None:
+        await asyncio.gather(
+            run_database_work(db, opens_the_group, linger=True), _later(db, "b", 2, groups)
+        )
+
+    asyncio.run(scenario())
+    thread.join(timeout=10)
+    assert groups[1] is not groups[0]
+    assert sorted(_names_elsewhere(db)) == ["a", "b", "thread"]
 
 
 def test_a_failing_piece_undoes_only_its_own_writes(db: Database) -> None:

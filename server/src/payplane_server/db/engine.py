@@ -7,9 +7,10 @@ PostgreSQL runs at READ COMMITTED; code that needs a row for itself uses ``FOR U
 (SKIP LOCKED for work queues) or a conditional UPDATE.
 
 Short SQLite work run on an event loop (``on_event_loop``, used by
-``web.offload.run_database_work``) shares one write transaction, open for a few turns of the
-loop: a group commit. Each piece of work writes inside a savepoint of it, so a failing piece
-undoes only its own writes, and waits for the commit before it answers.
+``web.offload.run_database_work``) shares one write transaction per turn of the loop (a few
+turns for work that agrees to linger): a group commit. Each piece of work writes inside a
+savepoint of it, so a failing piece undoes only its own writes, and waits for the commit
+before it answers.
 
 ``notify(conn, channel)`` wakes waiting workers once the transaction commits: through
 ``pg_notify`` on PostgreSQL (every process) and an in-process signal on both engines.
@@ -79,6 +80,9 @@ class WriterLock:
         self._path = path if fcntl is not None else None
         self._threads = threading.RLock()
         self._depth = threading.local()
+        # Threads of this process blocked in acquire() (see waited_for()).
+        self._waiting = 0
+        self._waiting_guard = threading.Lock()
         self._fd: int | None = None
         self._pid = 0
 
@@ -93,7 +97,15 @@ class WriterLock:
 
     def acquire(self, *, blocking: bool = True) -> bool:
         """Take the lock; without ``blocking``, only if no other thread or process has it."""
-        if not self._threads.acquire(blocking=blocking):
+        if blocking:
+            with self._waiting_guard:
+                self._waiting += 1
+            try:
+                self._threads.acquire()
+            finally:
+                with self._waiting_guard:
+                    self._waiting -= 1
+        elif not self._threads.acquire(blocking=False):
             return False
         depth = getattr(self._depth, "value", 0)
         if depth == 0 and self._path is not None:
@@ -109,6 +121,11 @@ class WriterLock:
                 raise
         self._depth.value = depth + 1
         return True
+
+    def waited_for(self) -> bool:
+        """Whether another thread of this process is blocked waiting for the lock (other
+        processes' waits on the file lock cannot be seen)."""
+        return self._waiting > 0
 
     def held_here(self) -> bool:
         """Whether this thread holds the lock."""
@@ -140,22 +157,29 @@ class WriterBusy(Exception):
 
 
 class GroupCommit:
-    """The write transaction shared by the on-loop work of one turn of an event loop.
+    """The write transaction shared by the on-loop work of a few turns of an event loop.
 
     Opened by the first write (taking the writer lock without waiting), committed by a callback
-    the loop runs after the work of this turn, which then tells every waiting piece of work
-    whether its writes are durable."""
+    the loop runs after the work of this turn (or of two more, see GROUP_COMMIT_POLLS), which
+    then tells every waiting piece of work whether its writes are durable."""
 
-    __slots__ = ("connection", "transaction", "waiters")
+    __slots__ = ("connection", "linger", "transaction", "waiters")
 
     def __init__(self, connection: Connection, transaction: Any) -> None:
         self.connection = connection
         self.transaction = transaction
         self.waiters: list[asyncio.Future[bool]] = []
+        #: Whether every piece so far may wait a few turns for the commit.
+        self.linger = True
 
-    def committed(self) -> asyncio.Future[bool]:
+    def committed(self, *, linger: bool = False) -> asyncio.Future[bool]:
         """A future of the commit: True once it is durable, False if it failed (and rolled
-        back). One per waiter, so that cancelling one waiter leaves the others waiting."""
+        back). One per waiter, so that cancelling one waiter leaves the others waiting.
+
+        ``linger``: this piece may wait while the group stays open for more work. One piece
+        that may not is enough for the group to commit at the next turn."""
+        if not linger:
+            self.linger = False
         waiter = asyncio.get_running_loop().create_future()
         self.waiters.append(waiter)
         return waiter
@@ -214,10 +238,15 @@ _BEGIN_MODE = "payplane_begin"
 _shared_writers: dict[str, tuple[WriterLock, int]] = {}
 _shared_guard = threading.Lock()
 
-# A group commit stays open while the loop polls for I/O this many more times, so that the
-# requests whose bytes arrive meanwhile join it: each poll costs a turn of the loop (no
-# waiting when there is nothing to read), and a commit costs far more than a turn.
+# A group commit of fewer than GROUP_COMMIT_ENOUGH pieces of work, all of which agreed to
+# linger (``GroupCommit.committed``), stays open while the loop polls for I/O up to
+# GROUP_COMMIT_POLLS more times, so that requests whose bytes arrive meanwhile join it. For
+# short work (a Data API request) a turn costs far less than a commit. Work whose turns are
+# long (rendering pages) does not linger: every piece of the group would wait those turns too.
+# A group also commits at once when it has enough already and when a thread of the process waits
+# for the writer lock (a payment's acquirer step, a worker), which would otherwise wait longer.
 GROUP_COMMIT_POLLS = 2
+GROUP_COMMIT_ENOUGH = 16
 
 
 def _writer_for(path: str) -> WriterLock:
@@ -395,8 +424,16 @@ class Database:
         return group
 
     def _commit_after(self, group: GroupCommit, polls: int) -> None:
-        """Commit ``group`` once the loop has polled ``polls`` more times."""
-        if polls > 0:
+        """Commit ``group`` once the loop has polled ``polls`` more times, or at once unless
+        it should linger (see GROUP_COMMIT_POLLS)."""
+        writer = self._sqlite_writer
+        assert writer is not None
+        if (
+            polls > 0
+            and group.linger
+            and len(group.waiters) < GROUP_COMMIT_ENOUGH
+            and not writer.waited_for()
+        ):
             asyncio.get_running_loop().call_soon(self._commit_after, group, polls - 1)
         else:
             self._commit_group(group)

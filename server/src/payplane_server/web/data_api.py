@@ -239,8 +239,11 @@ def _endpoint(handler: Handler) -> Callable[[Request], Any]:
             return Response(status_code=400)
         response: Response
         if handler in _LIGHT:
-            # A few indexed rows: on SQLite, on the event loop unless it would wait.
-            response = await run_database_work(context.db, _process, context, handler, raw)
+            # A few indexed rows: on SQLite, on the event loop unless it would wait, in a group
+            # commit that may stay open a few turns for more requests.
+            response = await run_database_work(
+                context.db, _process, context, handler, raw, linger=True
+            )
         else:
             # A page of up to 1000 operations takes milliseconds: never on the event loop.
             response = await run_in_threadpool(_process, context, handler, raw)

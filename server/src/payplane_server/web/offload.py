@@ -36,9 +36,13 @@ async def run_database_work(
     function: Callable[..., T],
     *args: object,
     limiter: CapacityLimiter | None = None,
+    linger: bool = False,
 ) -> T:
     """``function(*args)``: on the event loop when it is SQLite work that need not wait,
-    else in a worker thread (at most ``limiter``'s number at once)."""
+    else in a worker thread (at most ``limiter``'s number at once).
+
+    ``linger``: the answer may wait a few turns of the loop while the group commit takes in
+    more work (``db.engine.GROUP_COMMIT_POLLS``); for short work whose callers are many."""
     if db.is_sqlite:
         error: Exception | None = None
         with db.on_event_loop() as work:
@@ -51,7 +55,7 @@ async def run_database_work(
             else:
                 busy = False
         # What the work wrote, or read of others' writes, is told only once it is durable.
-        if not busy and (work.group is None or await work.group.committed()):
+        if not busy and (work.group is None or await work.group.committed(linger=linger)):
             if error is not None:
                 raise error
             return result
