@@ -243,14 +243,6 @@ def transition_row(
         _operation_update(tuple(op_values)), {"pk": payment_pk, **_bound(op_values)}
     ).first()
     assert operation is not None
-    if change.status == Status.SUCCESS:
-        _credit(
-            ctx,
-            conn,
-            payment.project_id,
-            operation.sum_converted_currency,
-            operation.sum_converted_amount,
-        )
     if change.notify_merchant:
         found = conn.execute(
             _CALLBACK_CONTEXT, {"payment_pk": payment.id, "project_id": payment.project_id}
@@ -259,6 +251,16 @@ def transition_row(
         facts = callback_facts(payment, operation, change.clarification_fields)
         url = _callback_url(payment, found.callback_url)
         _queue(ctx, conn, payment, operation.id, _signed_body(facts, secret), url, found.waiting)
+    if change.status == Status.SUCCESS:
+        # Last: every successful payment of the project and currency updates this one row,
+        # and on PostgreSQL holds its lock until the commit.
+        _credit(
+            ctx,
+            conn,
+            payment.project_id,
+            operation.sum_converted_currency,
+            operation.sum_converted_amount,
+        )
     return payment
 
 
