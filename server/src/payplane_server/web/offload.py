@@ -8,8 +8,9 @@ other thread or process holds the writer lock. If one does, the work is abandone
 write began and run again, from the start, in a worker thread, where waiting is harmless.
 
 The writes of all the work run on the loop in one turn share one transaction
-(``Database.on_event_loop``, a group commit): each piece of work waits for that commit before
-its answer goes out. Should the commit fail, the work runs again in a worker thread.
+(``Database.on_event_loop``, a group commit), which short work may keep open a few turns more
+(``linger``): each piece of work waits for that commit before its answer goes out. Should the
+commit fail, the work runs again in a worker thread.
 
 So a function given to ``run_database_work`` must be safe to start again after any of its
 transactions committed: idempotent registration, conditional UPDATEs, reads. A function that
