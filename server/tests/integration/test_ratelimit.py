@@ -60,28 +60,34 @@ def test_retry_after_is_when_a_request_fits_again_and_never_below_three_seconds(
 # The service on SQLite and PostgreSQL.
 
 
+def _hit(ctx: AppContext, subject: str, limit: int) -> ratelimit.Decision:
+    """Count one request in a write transaction of its own."""
+    with ctx.db.write() as conn:
+        return ratelimit.count(conn, ctx.clock.now(), subject, limit)
+
+
 def test_the_61st_hit_in_a_minute_is_refused_and_admitted_after_the_wait(
     ctx: AppContext, clock: FakeClock
 ) -> None:
-    decisions = [ratelimit.hit(ctx, "user:1", 60) for _ in range(61)]
+    decisions = [_hit(ctx, "user:1", 60) for _ in range(61)]
     assert all(d.allowed for d in decisions[:60])
     refused = decisions[60]
     assert not refused.allowed and refused.retry_after >= 3
-    assert not ratelimit.hit(ctx, "user:1", 60).allowed
-    assert ratelimit.hit(ctx, "user:2", 60).allowed
+    assert not _hit(ctx, "user:1", 60).allowed
+    assert _hit(ctx, "user:2", 60).allowed
     clock.advance(refused.retry_after - 1)
-    assert not ratelimit.hit(ctx, "user:1", 60).allowed
+    assert not _hit(ctx, "user:1", 60).allowed
     clock.advance(1)
-    assert ratelimit.hit(ctx, "user:1", 60).allowed
+    assert _hit(ctx, "user:1", 60).allowed
 
 
 def test_a_subject_keeps_one_row_however_many_windows_pass(
     ctx: AppContext, clock: FakeClock
 ) -> None:
     for _ in range(5):
-        ratelimit.hit(ctx, "user:1", 60)
+        _hit(ctx, "user:1", 60)
         clock.advance(60)
-    ratelimit.hit(ctx, "user:2", 60)
+    _hit(ctx, "user:2", 60)
     with ctx.db.read() as conn:
         count = conn.exec_driver_sql("SELECT count(*) FROM rate_limits").scalar()
     assert count == 2
@@ -96,10 +102,10 @@ def test_the_previous_window_still_weighs_after_the_row_moves_on(
     ctx: AppContext, clock: FakeClock
 ) -> None:
     _to_next_window(clock)
-    assert all(ratelimit.hit(ctx, "user:1", 60).allowed for _ in range(60))
+    assert all(_hit(ctx, "user:1", 60).allowed for _ in range(60))
     # Half-way into the next window, the 60 of the previous one weigh 30.
     _to_next_window(clock, 30.0)
-    decisions = [ratelimit.hit(ctx, "user:1", 60) for _ in range(31)]
+    decisions = [_hit(ctx, "user:1", 60) for _ in range(31)]
     assert [d.allowed for d in decisions] == [True] * 30 + [False]
 
 
@@ -107,17 +113,17 @@ def test_a_window_with_no_requests_in_between_forgets_the_old_count(
     ctx: AppContext, clock: FakeClock
 ) -> None:
     _to_next_window(clock)
-    assert all(ratelimit.hit(ctx, "user:1", 60).allowed for _ in range(60))
+    assert all(_hit(ctx, "user:1", 60).allowed for _ in range(60))
     _to_next_window(clock)
     _to_next_window(clock, 1.0)
-    assert all(ratelimit.hit(ctx, "user:1", 60).allowed for _ in range(60))
+    assert all(_hit(ctx, "user:1", 60).allowed for _ in range(60))
 
 
 def test_a_lagging_clock_counts_into_the_newest_window(ctx: AppContext, clock: FakeClock) -> None:
     _to_next_window(clock, 59.0)
     lagging = clock.now()
     clock.advance(2.0)  # another machine, two seconds ahead, opens the next window
-    assert all(ratelimit.hit(ctx, "user:1", 60).allowed for _ in range(60))
+    assert all(_hit(ctx, "user:1", 60).allowed for _ in range(60))
     with ctx.db.write() as conn:
         decision = ratelimit.count(conn, lagging, "user:1", 60)
     assert not decision.allowed

@@ -25,10 +25,9 @@ from datetime import datetime
 
 from sqlalchemy import Connection
 
-from ..context import AppContext
 from ..db import driver_rows
 
-__all__ = ["WINDOW_SECONDS", "Decision", "admit", "count", "estimate", "hit", "retry_after"]
+__all__ = ["WINDOW_SECONDS", "Decision", "admit", "count", "estimate", "retry_after"]
 
 WINDOW_SECONDS = 60
 
@@ -64,13 +63,6 @@ def retry_after(previous: int, current: int, elapsed: float, limit: int, minimum
         needed = WINDOW_SECONDS * (1 - room / previous) if previous else 0.0
         wait = max(needed - elapsed, 0.0)
     return max(minimum, math.ceil(wait))
-
-
-def hit(ctx: AppContext, subject: str, limit: int, *, minimum_retry_after: int = 3) -> Decision:
-    """Count a request of ``subject`` and decide, in a short write transaction of its own."""
-    # On SQLite, concurrent counters queue on the database's writer lock (``Database.write``).
-    with ctx.db.write() as conn:
-        return count(conn, ctx.clock.now(), subject, limit, minimum_retry_after=minimum_retry_after)
 
 
 def count(
