@@ -57,6 +57,10 @@ Handler = Callable[[Connection, User, dict[str, Any]], dict[str, Any]]
 
 # Requests may legitimately take minutes; the body itself must arrive within five.
 BODY_TIMEOUT_SECONDS = 300.0
+_BODY_REFUSALS = {
+    408: "The request body did not arrive in time.",
+    413: "The request body is larger than the platform accepts.",
+}
 
 
 def envelope(status: int, message: str, headers: Mapping[str, str] | None = None) -> Response:
@@ -230,11 +234,7 @@ def _endpoint(handler: Handler) -> Callable[[Request], Any]:
                 BODY_TIMEOUT_SECONDS,
             )
         except BodyRefused as refused:
-            if refused.status == 408:
-                raise DataApiError(408, "The request body did not arrive in time.") from None
-            raise DataApiError(
-                413, "The request body is larger than the platform accepts."
-            ) from None
+            raise DataApiError(refused.status, _BODY_REFUSALS[refused.status]) from None
         if raw is None:  # the client went away: nobody to answer
             return Response(status_code=400)
         response: Response
