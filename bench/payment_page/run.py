@@ -1,6 +1,7 @@
 """bench/payment_page: the Payment Page under load, against the framework's bare hello-world.
 
     uv run python bench/payment_page/run.py [--seconds 10] [--workers 1] [--engines sqlite,postgres]
+                                            [--floor]
 
 1. ``GET /payment`` with a fresh signed URL every time (verify, register, render) against a
    bare Starlette hello-world, both served by uvicorn with the same settings (httptools,
@@ -10,6 +11,8 @@
    the CSRF token from the HTML, and submit card 4000000000000077; a payment counts when the
    303 to its result page is back, i.e. its final state is committed. Checked afterwards in the
    database. On SQLite and on PostgreSQL (``TempPostgres(durable=True)``: fsync on).
+3. With ``--floor``: ``floor.py``, the least a ``GET /payment`` handler must do (verify, one
+   durable insert, a minimal page) with nothing of Payplane around it, measured as 1. is.
 
 Servers run in their own processes (``payplane-server serve --role web``); the load generator
 is a lean asyncio HTTP/1.1 client in this process, so on a 2-core machine it competes with the
@@ -83,16 +86,29 @@ def _wait_up(url: str, process: subprocess.Popen[bytes]) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
-def start_hello(port: int, workers: int) -> subprocess.Popen[bytes]:
+def start_uvicorn(
+    factory: str, port: int, workers: int, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """An app factory of this folder under uvicorn, with the settings of every baseline."""
     command = [
-        sys.executable, "-m", "uvicorn", "run:hello_app", "--factory",
+        sys.executable, "-m", "uvicorn", factory, "--factory",
         "--app-dir", str(HERE.parent), "--host", "127.0.0.1", "--port", str(port),
         "--workers", str(workers), "--http", "httptools", "--loop", "uvloop",
         "--no-access-log", "--log-level", "warning", "--no-server-header",
     ]  # fmt: skip
-    process = subprocess.Popen(command)
+    process = subprocess.Popen(command, env=env)
     _wait_up(f"http://127.0.0.1:{port}/", process)
     return process
+
+
+def start_hello(port: int, workers: int) -> subprocess.Popen[bytes]:
+    return start_uvicorn("run:hello_app", port, workers)
+
+
+def start_floor(port: int, workers: int, database: Path) -> subprocess.Popen[bytes]:
+    """``floor.py``'s handler on a database file prepared like Payplane's (``prepare``)."""
+    env = dict(os.environ, FLOOR_DATABASE=str(database), FLOOR_SECRET=SECRET)
+    return start_uvicorn("floor:floor_app", port, workers, env)
 
 
 def start_payplane(
@@ -376,6 +392,30 @@ def show(label: str, figures: dict[str, float]) -> None:
     )
 
 
+def measure_floor(args: argparse.Namespace) -> None:
+    """``floor.py`` against the hello-world, as ``GET /payment`` is measured."""
+    with tempfile.TemporaryDirectory(prefix="payplane-floor-") as tmp:
+        database = Path(tmp) / "floor.db"
+        prepare(Path(tmp), f"sqlite:///{database}")
+        ports = free_port(), free_port()
+        floor, hello = start_floor(ports[0], args.workers, database), None
+        try:
+            hello = start_hello(ports[1], args.workers)
+            targets = signed_targets(20000 * int(args.seconds), "floor", force_card=False)
+            pids = (floor.pid, hello.pid)
+            base, page = interleaved(ports[0], ports[1], targets, args.seconds, pids)
+        finally:
+            stop(floor)
+            if hello is not None:
+                stop(hello)
+    print(f"The floor of GET /payment (floor.py), {CONCURRENCY} connections (sqlite):")
+    show("bare Starlette hello-world", base)
+    show("floor (verify+insert+minimal page)", page)
+    print(f"  ratio {page['rate'] / base['rate']:.2f}")
+    base_cpu, page_cpu = cpu_per_request(base), cpu_per_request(page)
+    print(f"  server CPU per request: hello-world {base_cpu:.3f} ms, floor {page_cpu:.3f} ms")
+
+
 def run_engine(engine: str, database_url: str, data_dir: Path, args: argparse.Namespace) -> None:
     prepare(data_dir, database_url)
     port = free_port()
@@ -404,6 +444,8 @@ def run_engine(engine: str, database_url: str, data_dir: Path, args: argparse.Na
                 f"  server CPU per request: hello-world {base_cpu:.3f} ms, GET /payment "
                 f"{page_cpu:.3f} ms, ratio {base_cpu / page_cpu:.2f}"
             )
+            if args.floor:
+                measure_floor(args)
         targets = signed_targets(int(1000 * args.seconds * 1.5), "pay", force_card=True)
         paid = asyncio.run(load_payments(port, targets, args.seconds, server.pid))
     finally:
@@ -421,6 +463,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--engines", default="sqlite,postgres")
+    parser.add_argument(
+        "--floor", action="store_true", help="also measure floor.py, the least GET /payment does"
+    )
     args = parser.parse_args()
     print(
         f"bench/payment_page: {os.cpu_count()} CPUs, workers={args.workers}, "
