@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta, timezone
+
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.command import downgrade
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, func, select
+from sqlalchemy import bindparam, create_engine, func, insert, select
 
 from payplane_server.context import AppContext
-from payplane_server.db import driver_rows, migrate
+from payplane_server.db import DriverStatement, driver_rows, migrate
 from payplane_server.db.migrate import alembic_config
 from payplane_server.db.tables import merchants, metadata
 from payplane_server.services.projects import (
@@ -65,6 +67,44 @@ def test_driver_rows_run_in_the_transaction_with_one_placeholder_style(ctx: AppC
             (kept, "k")
         ]
         assert conn.execute(select(func.count()).select_from(merchants)).scalar() == 1
+
+
+def test_a_driver_statement_stores_values_exactly_as_sqlalchemy_does(ctx: AppContext) -> None:
+    # An aware time in another zone, with microseconds, and one without: the column type's
+    # conversion (to naive UTC, then to the engine's storage) must run for the driver too.
+    times = [
+        datetime(2026, 3, 1, 15, 4, 5, 123456, tzinfo=timezone(timedelta(hours=3))),
+        datetime(2026, 3, 1, 12, 0, tzinfo=UTC),
+    ]
+    statement = DriverStatement(
+        insert(merchants)
+        .values(name=bindparam("name"), created_at=bindparam("created_at"))
+        .returning(merchants.c.id)
+    )
+    with ctx.db.write() as conn:
+        for number, when in enumerate(times):
+            ours = statement.rows(conn, {"name": f"driver-{number}", "created_at": when})
+            theirs = conn.execute(
+                insert(merchants).returning(merchants.c.id),
+                {"name": f"core-{number}", "created_at": when},
+            ).scalar_one()
+            ((mine,),) = ours
+            # Stored alike to the byte: the same text on SQLite, the same timestamp elsewhere.
+            stored = driver_rows(
+                conn,
+                "SELECT a.created_at, b.created_at FROM merchants a, merchants b "
+                "WHERE a.id = ? AND b.id = ?",
+                (mine, theirs),
+            )
+            assert stored[0][0] == stored[0][1]
+            read = conn.execute(select(merchants.c.created_at).where(merchants.c.id == mine))
+            assert read.scalar_one() == when
+    with pytest.raises(RuntimeError), ctx.db.write() as conn:
+        statement.rows(conn, {"name": "undone", "created_at": times[0]})
+        raise RuntimeError("rolled back with the transaction")
+    with ctx.db.read() as conn:
+        names = conn.execute(select(merchants.c.name).order_by(merchants.c.id)).scalars().all()
+    assert names == ["driver-0", "core-0", "driver-1", "core-1"]
 
 
 def test_project_secret_is_encrypted_at_rest_and_reads_back(ctx: AppContext) -> None:

@@ -21,6 +21,7 @@ from payplane_server.acquirer import SimulatorAcquirer
 from payplane_server.clock import FakeClock
 from payplane_server.context import AppContext
 from payplane_server.db.tables import callbacks, operations, payments
+from payplane_server.services.payments import Registered, open_payment
 from payplane_server.services.projects import create_project
 from payplane_server.testing.customer import Customer, csrf_of, signed_url
 from payplane_server.web import create_app
@@ -224,6 +225,26 @@ def test_reopening_before_the_end_shows_the_same_payment(
     second = open_new(customer)
     assert first == second
     assert len(stored(ctx)) == 1
+
+
+def test_a_registered_payment_is_what_reading_its_row_back_gives(
+    client: TestClient, ctx: AppContext, clock: FakeClock
+) -> None:
+    # open_payment answers a new payment from the values it inserted, without reading the
+    # row back: those must be the row's, field by field (times in UTC, with microseconds).
+    clock.advance(seconds=0.123456)
+    query = params(best_before="2099-01-02T03:04:05+03:00", language_code="ru")
+    signature = payplane.sign(query, SECRET)
+    query = {name: str(value) for name, value in query.items()}
+    registered = open_payment(ctx, query, signature)
+    assert isinstance(registered, Registered)
+    (row,) = stored(ctx)
+    assert {name: getattr(registered, name) for name in Registered.__slots__} == {
+        name: getattr(row, name) for name in Registered.__slots__
+    }
+    assert registered.created_at.microsecond == 123456
+    # Reopening reads the row itself.
+    assert open_payment(ctx, query, signature) == row
 
 
 def test_reopening_after_the_end_shows_the_result(customer: Customer, ctx: AppContext) -> None:

@@ -1,6 +1,7 @@
 """Persistence: schema, migrations and the unit of work."""
 
-from .engine import Database, WriterBusy, driver_rows
+from .driver import DriverStatement, driver_rows
+from .engine import Database, WriterBusy
 from .migrate import migrate
 
-__all__ = ["Database", "WriterBusy", "driver_rows", "migrate"]
+__all__ = ["Database", "DriverStatement", "WriterBusy", "driver_rows", "migrate"]

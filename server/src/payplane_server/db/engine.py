@@ -22,7 +22,7 @@ import asyncio
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -35,34 +35,11 @@ try:
 except ImportError:  # pragma: no cover - not POSIX: SQLite's busy handler queues processes
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["Database", "GroupCommit", "LoopWork", "WriterBusy", "WriterLock", "driver_rows"]
+__all__ = ["Database", "GroupCommit", "LoopWork", "WriterBusy", "WriterLock"]
 
 log = logging.getLogger("payplane.db")
 
 Listener = Callable[[str], None]
-
-
-def driver_rows(conn: Connection, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-    """Run hand-written SQL (``?`` placeholders, the same text on both engines) straight on
-    the driver, in ``conn``'s transaction: the rows, as plain tuples (none for a statement
-    without a result).
-
-    For the few statements every Data API request runs. ``exec_driver_sql`` builds a result's
-    metadata on every call, which costs several times the statement itself on SQLite (35 µs
-    against 6 µs for a point query); the driver's cursor does not. Errors are the driver's own
-    exceptions, not SQLAlchemy's."""
-    if conn.dialect.name == "sqlite":
-        # sqlite3 runs a statement on the connection itself, on a cursor it makes in C.
-        driver: Any = conn.connection.dbapi_connection
-        rows: list[tuple[Any, ...]] = driver.execute(sql, tuple(params)).fetchall()
-        return rows
-    sql = sql.replace("?", "%s")
-    cursor = conn.connection.cursor()
-    try:
-        cursor.execute(sql, tuple(params))
-        return list(cursor.fetchall()) if cursor.description is not None else []
-    finally:
-        cursor.close()
 
 
 class WriterLock:

@@ -23,6 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from ..acquirer import Authorization, Decision, Verdict, get_acquirer
 from ..context import AppContext
 from ..crypto import mask_pan
+from ..db import DriverStatement
 from ..db.tables import operations, payments, projects
 from ..domain.cards import Card, CardProblem, check_card
 from ..domain.payments import Code, Status
@@ -41,6 +42,8 @@ from .projects import decrypt_secret
 
 __all__ = [
     "PageState",
+    "Payment",
+    "Registered",
     "Submission",
     "SubmitResult",
     "acquirer_may_block",
@@ -94,9 +97,10 @@ def _project_id(params: Mapping[str, str]) -> int | None:
 
 
 # The hot path's statements are built once: constructing and cache-keying a statement costs
-# more than running it on SQLite.
-_LOOKUP = (
-    select(projects.c.secret_enc.label("project_secret_enc"), payments)
+# more than running it on SQLite. The two that every new payment runs go straight to the
+# driver (``DriverStatement``).
+_LOOKUP = DriverStatement(
+    select(projects.c.secret_enc, payments.c.id)
     .select_from(
         projects.outerjoin(
             payments,
@@ -120,13 +124,49 @@ _LATEST_OPERATION = (
     .order_by(operations.c.id.desc())
     .limit(1)
 )
-_INSERT = insert(payments).returning(*payments.c)
 
 
-def _lookup(conn: Connection, project_id: int, payment_id: str | None) -> Row[Any] | None:
-    """The project's encrypted secret and, when it exists, the payment (one query)."""
-    found = conn.execute(_LOOKUP, {"project_id": project_id, "payment_id": payment_id})
-    return found.first()
+@dataclass(frozen=True, slots=True)
+class Registered:
+    """A payment just registered: the values it was inserted with and its id, which is what
+    reading the row back would give (``open_payment`` does not read it back). Its card and
+    clarification columns are all still empty."""
+
+    id: int
+    project_id: int
+    payment_id: str
+    status: str
+    amount: int
+    currency: str
+    customer_id: str
+    description: str | None
+    best_before: datetime | None
+    language_code: str | None
+    interface_type: str | None
+    params: str
+    processing_deadline: datetime
+    page_token: str
+    created_at: datetime
+    updated_at: datetime
+
+
+# What the Payment Page reads of a payment: a row, or one just registered.
+Payment = Row[Any] | Registered
+
+_REGISTERED = tuple(field for field in Registered.__slots__ if field != "id")
+_INSERT = DriverStatement(
+    insert(payments)
+    .values({name: bindparam(name) for name in _REGISTERED})
+    .returning(payments.c.id)
+)
+
+
+def _lookup(
+    conn: Connection, project_id: int, payment_id: str | None
+) -> tuple[str, int | None] | None:
+    """The project's encrypted secret and the id of the payment, if it exists (one query)."""
+    found = _LOOKUP.rows(conn, {"project_id": project_id, "payment_id": payment_id})
+    return (found[0][0], found[0][1]) if found else None
 
 
 def _by_key(conn: Connection, project_id: int, payment_id: str) -> Row[Any] | None:
@@ -139,7 +179,7 @@ def _same_payment(existing: Row[Any], request: PaymentRequest) -> None:
         raise PaymentIdConflict()
 
 
-def open_payment(ctx: AppContext, params: Mapping[str, str], signature: str | None) -> Row[Any]:
+def open_payment(ctx: AppContext, params: Mapping[str, str], signature: str | None) -> Payment:
     """Register the payment of a signed URL, or reopen it (idempotent).
 
     Raises ``SignatureMismatch`` (bad or missing signature, or unknown project: nothing is
@@ -160,15 +200,16 @@ def open_payment(ctx: AppContext, params: Mapping[str, str], signature: str | No
             found = _lookup(conn, project_id, payment_id)
             if found is None or not signature:
                 raise SignatureMismatch()
-            secret = decrypt_secret(ctx, project_id, found.project_secret_enc)
+            secret_enc, existing_pk = found
+            secret = decrypt_secret(ctx, project_id, secret_enc)
             if not verify(params, signature, secret):
                 raise SignatureMismatch()
             request, problems = validate(params)
             if request is None:
                 raise InvalidParameters(problems)
-            if found.id is not None:
-                _same_payment(found, request)
-                existing = found
+            if existing_pk is not None:
+                existing = _reload(conn, existing_pk)
+                _same_payment(existing, request)
             else:
                 now = ctx.clock.now()
                 refused = [
@@ -178,8 +219,8 @@ def open_payment(ctx: AppContext, params: Mapping[str, str], signature: str | No
                 ]
                 if refused:
                     raise InvalidParameters(refused)
-                return conn.execute(_INSERT, _new_payment(ctx, request, now)).one()
-    except IntegrityError:
+                return _register(ctx, conn, request, now)
+    except (IntegrityError, ctx.db.engine.dialect.loaded_dbapi.IntegrityError):
         # Someone registered the same payment at the same moment: theirs is the payment.
         request, _ = validate(params)
         assert request is not None
@@ -207,8 +248,10 @@ def callback_url_problem(ctx: AppContext, params: Mapping[str, Any]) -> ParamPro
     return ParamProblem("merchant_callback_url", f"{reason[:1].upper()}{reason[1:]}.")
 
 
-def _new_payment(ctx: AppContext, request: PaymentRequest, now: datetime) -> dict[str, Any]:
-    return {
+def _register(
+    ctx: AppContext, conn: Connection, request: PaymentRequest, now: datetime
+) -> Registered:
+    values: dict[str, Any] = {
         "project_id": request.project_id,
         "payment_id": request.payment_id,
         "status": Status.NEW.value,
@@ -225,6 +268,8 @@ def _new_payment(ctx: AppContext, request: PaymentRequest, now: datetime) -> dic
         "created_at": now,
         "updated_at": now,
     }
+    (pk,) = _INSERT.rows(conn, values)[0]
+    return Registered(id=int(pk), **values)
 
 
 def find_by_token(ctx: AppContext, token: str) -> Row[Any]:

@@ -136,7 +136,7 @@ def _context(request: Request) -> AppContext:
     return ctx
 
 
-def _language(payment: Row[Any]) -> str:
+def _language(payment: service.Payment) -> str:
     return negotiate(payment.language_code)
 
 
@@ -145,7 +145,7 @@ def _language(payment: Row[Any]) -> str:
 _format_amount = lru_cache(maxsize=4096)(format_amount)
 
 
-def _summary(payment: Row[Any], language: str) -> dict[str, Any]:
+def _summary(payment: service.Payment, language: str) -> dict[str, Any]:
     return {
         "amount": _format_amount(int(payment.amount), payment.currency, language),
         "description": payment.description,
@@ -154,7 +154,7 @@ def _summary(payment: Row[Any], language: str) -> dict[str, Any]:
     }
 
 
-def _path(payment: Row[Any]) -> str:
+def _path(payment: service.Payment) -> str:
     """The page that shows ``payment`` in its current status."""
     base = f"/pay/{payment.page_token}"
     status = payment.status
@@ -186,7 +186,7 @@ def _error_page(error: PageError, language: str) -> Response:
     )
 
 
-def _method_page(payment: Row[Any]) -> Response:
+def _method_page(payment: service.Payment) -> Response:
     language = _language(payment)
     return render_page("method.html", language, **_summary(payment, language))
 
@@ -202,7 +202,7 @@ def _remaining(deadline: datetime, now: datetime) -> str:
 
 def _card_page(
     ctx: AppContext,
-    payment: Row[Any],
+    payment: service.Payment,
     problems: list[CardProblem] | None = None,
     expiry: str = "",
     holder: str = "",
