@@ -143,6 +143,13 @@ def parse_query(raw: bytes) -> tuple[dict[str, str], list[ParamProblem]]:
         return {}, [ParamProblem(QUERY, TOO_MANY)]
     for field in fields:
         raw_name, equals, raw_value = field.partition("=")
+        if equals and raw_name and "%" not in field and "+" not in field:
+            # Nothing to decode (most fields): taken as they are.
+            if raw_name in params:
+                problems.append(ParamProblem(raw_name, REPEATED))
+            else:
+                params[raw_name] = raw_value
+            continue
         try:
             name = unquote_plus(raw_name, errors="strict")
         except UnicodeDecodeError:
