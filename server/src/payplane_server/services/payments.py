@@ -9,13 +9,13 @@ Nothing here keeps state in memory, so any number of processes can serve one pay
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+import orjson
 from payplane import verify
 from sqlalchemy import Connection, Row, and_, bindparam, insert, select
 from sqlalchemy.exc import IntegrityError
@@ -262,7 +262,8 @@ def _register(
         "best_before": request.best_before,
         "language_code": request.language_code,
         "interface_type": request.interface_type,
-        "params": json.dumps(request.params, ensure_ascii=False),
+        # As received, non-ASCII kept as it is (orjson writes UTF-8, compact).
+        "params": orjson.dumps(request.params).decode(),
         "processing_deadline": now + timedelta(seconds=ctx.settings.processing_threshold_seconds),
         "page_token": secrets.token_urlsafe(24),
         "created_at": now,
