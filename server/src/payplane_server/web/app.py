@@ -79,7 +79,8 @@ def create_data_api_app(context: AppContext) -> Starlette:
     """The Data API (its routes, envelope errors and limits live in ``data_api``; its
     endpoints read their bodies themselves, within the size limit and deadline)."""
     app = Starlette(
-        routes=[*openapi.routes, *data_api.routes],
+        # The router tries routes in order: the Data API's own first.
+        routes=[*data_api.routes, *openapi.routes],
         exception_handlers=data_api.exception_handlers,
     )
     # A POST must not be redirected (307) to a slash variant: unknown paths get the 404 envelope.
