@@ -3,6 +3,7 @@ official Python library's), every outcome of protocol.md section 3, and the card
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Iterator
@@ -239,8 +240,9 @@ def test_a_registered_payment_is_what_reading_its_row_back_gives(
     registered = open_payment(ctx, query, signature)
     assert isinstance(registered, Registered)
     (row,) = stored(ctx)
-    assert {name: getattr(registered, name) for name in Registered.__slots__} == {
-        name: getattr(row, name) for name in Registered.__slots__
+    names = [field.name for field in dataclasses.fields(Registered)]
+    assert {name: getattr(registered, name) for name in names} == {
+        name: getattr(row, name) for name in names
     }
     assert registered.created_at.microsecond == 123456
     # Reopening reads the row itself.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -153,7 +153,7 @@ class Registered:
 # What the Payment Page reads of a payment: a row, or one just registered.
 Payment = Row[Any] | Registered
 
-_REGISTERED = tuple(field for field in Registered.__slots__ if field != "id")
+_REGISTERED = tuple(field.name for field in fields(Registered) if field.name != "id")
 _INSERT = DriverStatement(
     insert(payments)
     .values({name: bindparam(name) for name in _REGISTERED})
